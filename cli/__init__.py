@@ -1,0 +1,1 @@
+"""The `rankserve` command line: one module per subcommand."""

@@ -1,0 +1,113 @@
+"""The anchor corpus C of RankEncoder: its embedding matrix, resident on the encoder's device.
+
+Encoding 10k anchors takes about a minute on two CPU cores, so the matrix is cached on disk,
+keyed by the encoder checksum, the anchor texts' checksum and their count.
+"""
+
+import os
+import random
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.checksums import sha256_texts
+from models.encoder import Encoder
+from models.ranking import rank_vectors_chunked
+
+
+def read_sentences(path: Path) -> list[str]:
+    """One sentence per line; blank lines dropped, surrounding whitespace stripped."""
+    with path.open(encoding="utf-8") as handle:
+        return [line.strip() for line in handle if line.strip()]
+
+
+def select_anchors(texts: list[str], count: int | None, seed: int | None = None) -> list[str]:
+    """The first `count` texts, or a seeded sample of `count` when a seed is given."""
+    if count is None or count >= len(texts):
+        return list(texts)
+    if count < 2:
+        raise ValueError("at least two anchors are needed to rank")
+    if seed is None:
+        return texts[:count]
+    return random.Random(seed).sample(texts, count)
+
+
+@dataclass(frozen=True)
+class AnchorSet:
+    texts: list[str]
+    embeddings: torch.Tensor  # (m, dim), L2-normalised, on the encoder's device
+    texts_checksum: str
+    encoder_checksum: str
+
+    @property
+    def count(self) -> int:
+        return int(self.embeddings.shape[0])
+
+    @property
+    def device(self) -> torch.device:
+        return self.embeddings.device
+
+    def rank_vectors(self, embeddings: torch.Tensor) -> torch.Tensor:
+        """Normalised rank vectors (Eq. 2-3) of unit embeddings against these anchors."""
+        return rank_vectors_chunked(embeddings.to(self.device), self.embeddings)  # (n, m)
+
+
+def _cache_file(cache_dir: Path, encoder_checksum: str, texts_checksum: str, count: int) -> Path:
+    return cache_dir / "anchors" / f"{encoder_checksum[:16]}-{texts_checksum[:16]}-m{count}.npy"
+
+
+def _save_atomically(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            np.save(handle, array)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def build_anchor_set(
+    encoder: Encoder, texts: list[str], cache_dir: Path | None = None
+) -> AnchorSet:
+    """Embed the anchor texts with `encoder`, reusing the on-disk cache when it matches."""
+    texts_checksum = sha256_texts(texts)
+    cached: np.ndarray | None = None
+    cache_path = None
+    if cache_dir is not None:
+        cache_path = _cache_file(cache_dir, encoder.checksum, texts_checksum, len(texts))
+        if cache_path.is_file():
+            loaded = np.load(cache_path, allow_pickle=False)
+            if loaded.shape == (len(texts), encoder.dim) and np.isfinite(loaded).all():
+                cached = loaded
+    if cached is None:
+        embeddings = encoder.encode(texts)  # (m, dim)
+        if cache_path is not None:
+            _save_atomically(cache_path, embeddings.cpu().numpy())
+    else:
+        embeddings = torch.from_numpy(cached).to(encoder.device)
+    return AnchorSet(
+        texts=texts,
+        embeddings=embeddings.to(torch.float32),
+        texts_checksum=texts_checksum,
+        encoder_checksum=encoder.checksum,
+    )
+
+
+def load_anchor_set(
+    encoder: Encoder,
+    corpus: Path,
+    count: int | None,
+    *,
+    seed: int | None = None,
+    cache_dir: Path | None = None,
+) -> AnchorSet:
+    """Read a sentence file, pick `count` anchors from it, and embed them (cached)."""
+    texts = select_anchors(read_sentences(corpus), count, seed)
+    return build_anchor_set(encoder, texts, cache_dir)

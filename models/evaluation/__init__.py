@@ -1,0 +1,1 @@
+"""Evaluation following the papers: SentEval STS Spearman, and diagnostics."""

@@ -1,0 +1,1 @@
+"""The rankserve HTTP service."""

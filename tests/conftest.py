@@ -1,0 +1,28 @@
+"""Shared fixtures: the real default encoder and a small real anchor set, loaded once."""
+
+from pathlib import Path
+
+import pytest
+
+from models.anchors import AnchorSet, load_anchor_set
+from models.encoder import Encoder, load_encoder
+from service.settings import DATA_DIR
+
+TEST_ANCHORS = 512  # enough for stable rank similarities, a few seconds to encode
+
+
+@pytest.fixture(scope="session")
+def encoder() -> Encoder:
+    return load_encoder(device="cpu")
+
+
+@pytest.fixture(scope="session")
+def anchor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="session")
+def anchors(encoder: Encoder, anchor_cache: Path) -> AnchorSet:
+    return load_anchor_set(
+        encoder, DATA_DIR / "corpus" / "wiki-sentences.txt", TEST_ANCHORS, cache_dir=anchor_cache
+    )

@@ -51,7 +51,7 @@ def evaluate(
     try:
         tasks = load_sts_tasks(data_dir)
     except SentEvalFormatError as error:
-        console.print(f"[red]error:[/red] {error}")
+        typer.echo(f"error: {error}", err=True)
         raise typer.Exit(code=2) from None
     encoder = load_encoder(
         model or settings.model_path,

@@ -2,7 +2,7 @@
 
 import typer
 
-from cli import evaluate
+from cli import evaluate, teachers, train
 
 app = typer.Typer(
     name="rankserve",
@@ -18,6 +18,8 @@ def main() -> None:
 
 
 app.command("evaluate")(evaluate.evaluate)
+app.command("train")(train.train)
+app.add_typer(teachers.app, name="teachers")
 
 
 if __name__ == "__main__":

@@ -73,19 +73,29 @@ def _save_atomically(path: Path, array: np.ndarray) -> None:
         raise
 
 
+def _load_cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
+    """The cached matrix, or None when it is absent, unreadable, misshapen or not finite."""
+    if not path.is_file():
+        return None
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        return None
+    if loaded.shape != shape or not np.isfinite(loaded).all():
+        return None
+    return loaded
+
+
 def build_anchor_set(
     encoder: Encoder, texts: list[str], cache_dir: Path | None = None
 ) -> AnchorSet:
     """Embed the anchor texts with `encoder`, reusing the on-disk cache when it matches."""
     texts_checksum = sha256_texts(texts)
     cached: np.ndarray | None = None
-    cache_path = None
+    cache_path: Path | None = None
     if cache_dir is not None:
         cache_path = _cache_file(cache_dir, encoder.checksum, texts_checksum, len(texts))
-        if cache_path.is_file():
-            loaded = np.load(cache_path, allow_pickle=False)
-            if loaded.shape == (len(texts), encoder.dim) and np.isfinite(loaded).all():
-                cached = loaded
+        cached = _load_cached(cache_path, (len(texts), encoder.dim))
     if cached is None:
         embeddings = encoder.encode(texts)  # (m, dim)
         if cache_path is not None:

@@ -1,0 +1,1 @@
+"""One training loop for every student method, driven by a method name and a config."""

@@ -1,0 +1,96 @@
+"""The serving engine (encoder + anchor matrix + version) and the holder a hot swap replaces.
+
+Every request reads `holder.current` once, at its start, and uses only that engine: a swap
+rebinds one reference, so in-flight requests finish on the engine they began with.
+"""
+
+import asyncio
+from dataclasses import dataclass
+
+import torch
+
+from models.anchors import AnchorSet, load_anchor_set
+from models.encoder import Encoder, load_encoder
+from models.ranking import paired_similarity
+from models.scoring import PairScores
+from service.settings import Settings
+
+
+@dataclass(frozen=True)
+class Engine:
+    encoder: Encoder
+    anchors: AnchorSet
+    version: str
+    name: str
+
+    @property
+    def dim(self) -> int:
+        return self.encoder.dim
+
+    @property
+    def max_tokens(self) -> int:
+        return self.encoder.max_seq_length
+
+    def score_pairs(
+        self, embeddings: torch.Tensor, left: list[int], right: list[int]
+    ) -> PairScores:
+        """Cosine and rank similarity (Eq. 2-3, Appendix A.1) of rows `left[k]`, `right[k]`.
+
+        `embeddings` are unit vectors of this engine's encoder; the rank vectors are taken
+        against this engine's anchor matrix, on the anchors' device.
+        """
+        embeddings = embeddings.to(self.anchors.device)  # (u, dim)
+        ranks = self.anchors.rank_vectors(embeddings)  # (u, m)
+        left_index = torch.tensor(left, dtype=torch.long, device=embeddings.device)  # (n,)
+        right_index = torch.tensor(right, dtype=torch.long, device=embeddings.device)  # (n,)
+        return PairScores(
+            cosine=paired_similarity(embeddings[left_index], embeddings[right_index]).cpu(),
+            rank=paired_similarity(ranks[left_index], ranks[right_index]).cpu(),
+        )
+
+
+def default_version(encoder: Encoder) -> str:
+    """Stable across restarts of the same checkpoint: derived from its checksum."""
+    return f"base-{encoder.checksum[:12]}"
+
+
+def load_engine(settings: Settings) -> Engine:
+    """The encoder and anchor matrix that the settings name (anchors cached on disk)."""
+    encoder = load_encoder(
+        settings.model_path,
+        device=settings.device,
+        max_seq_length=settings.max_seq_length,
+        batch_size=settings.encode_batch_size,
+    )
+    anchors = load_anchor_set(
+        encoder,
+        settings.anchor_corpus,
+        settings.anchor_count,
+        seed=settings.anchor_seed,
+        cache_dir=settings.cache_dir,
+    )
+    return Engine(encoder=encoder, anchors=anchors, version=default_version(encoder), name=encoder.name)
+
+
+class EngineHolder:
+    """The live engine; `swap` replaces it in one assignment, `wait_ready` awaits the first."""
+
+    def __init__(self) -> None:
+        self._current: Engine | None = None
+        self._loaded = asyncio.Event()
+        self.load_error: str | None = None
+
+    @property
+    def current(self) -> Engine | None:
+        return self._current
+
+    def swap(self, engine: Engine) -> Engine | None:
+        """Install `engine`; returns the one it replaced (None for the first)."""
+        previous, self._current = self._current, engine
+        self._loaded.set()
+        return previous
+
+    async def wait_ready(self) -> Engine:
+        await self._loaded.wait()
+        assert self._current is not None
+        return self._current

@@ -1,0 +1,171 @@
+"""The one place where error kinds become status codes and the body every error shares.
+
+Body: `{"error": {"message": str, "type": str, "code": int}}`, `code` being the HTTP status.
+Route modules raise an `ApiError` subclass; FastAPI's own validation errors and Starlette's
+HTTP exceptions (404, 405, 413 from the body limit) are rewritten into the same body, and a
+catch-all keeps even an unexpected failure in that shape.
+"""
+
+import logging
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger(__name__)
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    code: int
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class ApiError(Exception):
+    """Base of every error a handler raises on purpose; subclasses fix status and type."""
+
+    status_code: ClassVar[int] = 500
+    error_type: ClassVar[str] = "internal_error"
+
+    def __init__(self, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+class InvalidRequest(ApiError):
+    status_code = 422
+    error_type = "invalid_request"
+
+
+class Unauthorized(ApiError):
+    status_code = 401
+    error_type = "unauthorized"
+
+    def __init__(self, message: str = "a valid API key is required (Authorization: Bearer)"):
+        super().__init__(message, headers={"WWW-Authenticate": "Bearer"})
+
+
+class NotFound(ApiError):
+    status_code = 404
+    error_type = "not_found"
+
+
+class PayloadTooLarge(ApiError):
+    status_code = 413
+    error_type = "payload_too_large"
+
+
+class Overloaded(ApiError):
+    status_code = 429
+    error_type = "overloaded"
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(
+            "the encoder queue is full; retry later",
+            headers={"Retry-After": str(retry_after_s)},
+        )
+
+
+class NotReady(ApiError):
+    status_code = 503
+    error_type = "not_ready"
+
+    def __init__(self, message: str = "the model is still loading") -> None:
+        super().__init__(message)
+
+
+# Statuses Starlette raises itself, by the type name they get in the body.
+_HTTP_TYPES = {
+    401: Unauthorized.error_type,
+    404: NotFound.error_type,
+    405: "method_not_allowed",
+    413: PayloadTooLarge.error_type,
+    422: InvalidRequest.error_type,
+    429: Overloaded.error_type,
+    503: NotReady.error_type,
+}
+
+
+def error_response(
+    status_code: int, error_type: str, message: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    body = ErrorBody(error=ErrorDetail(message=message, type=error_type, code=status_code))
+    return JSONResponse(body.model_dump(), status_code=status_code, headers=headers)
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    """("body", "texts", 3) -> "texts[3]"; the "body" prefix says nothing to the client."""
+    parts = list(loc[1:] if loc and loc[0] == "body" else loc)
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "body"
+
+
+def validation_message(errors: list[Any]) -> str:
+    """One line naming each failing field and what pydantic (or the JSON parser) objected to."""
+    messages = []
+    for error in errors[:5]:
+        if error.get("type") == "json_invalid":
+            reason = error.get("ctx", {}).get("error", "invalid JSON")
+            messages.append(f"invalid JSON body: {reason}")
+        else:
+            messages.append(f"{_location(tuple(error.get('loc', ())))}: {error.get('msg')}")
+    if len(errors) > 5:
+        messages.append(f"and {len(errors) - 5} more errors")
+    return "; ".join(messages)
+
+
+async def _api_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status_code, exc.error_type, exc.message, exc.headers)
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(422, InvalidRequest.error_type, validation_message(list(exc.errors())))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    status = exc.status_code
+    if status == 413:
+        limit = request.app.state.services.settings.max_body_bytes
+        message = f"request body is larger than the limit of {limit} bytes"
+    else:
+        message = str(exc.detail)
+    return error_response(status, _HTTP_TYPES.get(status, "http_error"), message, exc.headers)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(500, ApiError.error_type, "internal server error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)
+
+
+def error_responses(*errors: type[ApiError]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses=` entries for the errors a route can return, all with ErrorBody."""
+    documented: dict[int | str, dict[str, Any]] = {}
+    for error in errors:
+        entry: dict[str, Any] = {"model": ErrorBody, "description": error.error_type}
+        if error is Overloaded:
+            entry["headers"] = {
+                "Retry-After": {"description": "seconds", "schema": {"type": "integer"}}
+            }
+        documented[error.status_code] = entry
+    return documented

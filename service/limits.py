@@ -1,0 +1,96 @@
+"""Request limits, and a route class whose JSON parsing rejects what `json.loads` lets through.
+
+The byte limit on bodies is FastAPI's `max_body_size` (Starlette's RequestBodyLimitMiddleware):
+a pure ASGI middleware counting bytes as they stream in, so a chunked upload without a
+Content-Length is cut off at the limit too, and a declared Content-Length over it is refused
+before any byte is read.
+"""
+
+import json
+import re
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+
+from service.settings import Settings
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may carry; /info publishes these so clients can chunk."""
+
+    max_texts_per_request: int
+    max_text_chars: int
+    max_body_bytes: int
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "Limits":
+        return cls(
+            max_texts_per_request=settings.max_texts_per_request,
+            max_text_chars=settings.max_text_chars,
+            max_body_bytes=settings.max_body_bytes,
+        )
+
+
+# A \uD800-\uDFFF escape; only a lone one survives json.loads as an unencodable str.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid JSON number")
+
+
+def _find_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_find_lone_surrogate(k) or _find_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_find_lone_surrogate(item) for item in value)
+    return False
+
+
+def parse_strict_json(body: bytes) -> Any:
+    """RFC 8259 JSON only: UTF-8, no NaN/Infinity, no unpaired surrogate escapes.
+
+    Raises json.JSONDecodeError, which FastAPI turns into a RequestValidationError (422).
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise json.JSONDecodeError("body is not valid UTF-8", "", error.start) from None
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as error:
+        raise json.JSONDecodeError(str(error), text, 0) from None
+    if _SURROGATE_ESCAPE.search(body) and _find_lone_surrogate(value):
+        raise json.JSONDecodeError("unpaired UTF-16 surrogate escape in a string", text, 0)
+    return value
+
+
+class StrictJSONRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = parse_strict_json(await self.body())
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    """Use as `APIRouter(route_class=StrictJSONRoute)` for every router that takes a body."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict_handler(request: Request) -> Response:
+            return await handler(StrictJSONRequest(request.scope, request.receive))
+
+        return strict_handler

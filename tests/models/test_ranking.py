@@ -1,0 +1,89 @@
+import numpy as np
+import pytest
+import torch
+from scipy.stats import spearmanr
+
+from models.ranking import (
+    anchor_ranks,
+    blend,
+    normalise_ranks,
+    paired_similarity,
+    rank_vectors,
+    rank_vectors_chunked,
+)
+
+
+def unit_rows(generator: torch.Generator, rows: int, dim: int) -> torch.Tensor:
+    x = torch.randn(rows, dim, generator=generator)
+    return x / x.norm(dim=1, keepdim=True)
+
+
+@pytest.fixture
+def data() -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return unit_rows(generator, 12, 16), unit_rows(generator, 300, 16)
+
+
+def test_ranks_follow_cosine_order() -> None:
+    anchors = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])
+    query = torch.tensor([[1.0, 0.0]])
+    # cosines to the anchors: 1.0, 0.0, 0.6 -> ranks (0 = least similar): 2, 0, 1
+    assert anchor_ranks(query, anchors).tolist() == [[2.0, 0.0, 1.0]]
+
+
+def test_rank_similarity_equals_spearman_of_cosine_profiles(data) -> None:
+    inputs, anchors = data
+    z = rank_vectors(inputs, anchors)
+    profiles = (inputs @ anchors.T).numpy()
+    for i, j in [(0, 1), (2, 7), (5, 11), (3, 3)]:
+        expected = spearmanr(profiles[i], profiles[j]).statistic
+        assert float(z[i] @ z[j]) == pytest.approx(expected, abs=1e-5)
+
+
+def test_normalised_rank_vectors_are_centred_unit_vectors(data) -> None:
+    z = rank_vectors(*data)
+    torch.testing.assert_close(z.sum(dim=1), torch.zeros(len(z)), atol=1e-4, rtol=0)
+    torch.testing.assert_close(z.norm(dim=1), torch.ones(len(z)), atol=1e-5, rtol=0)
+
+
+def test_normalise_matches_equation_3_with_population_std() -> None:
+    ranks = torch.tensor([[3.0, 0.0, 2.0, 1.0]])
+    r = ranks.numpy()[0]
+    expected = (r - r.mean()) / (np.sqrt(len(r)) * r.std())  # np.std is the population std
+    np.testing.assert_allclose(normalise_ranks(ranks).numpy()[0], expected, atol=1e-6)
+
+
+def test_fewer_than_two_anchors_is_refused() -> None:
+    with pytest.raises(ValueError, match="two anchors"):
+        normalise_ranks(torch.zeros(1, 1))
+
+
+def test_blend_endpoints_are_cosine_and_rank(data) -> None:
+    inputs, anchors = data
+    left, right = inputs[:6], inputs[6:]
+    cosine = paired_similarity(left, right)
+    rank = paired_similarity(rank_vectors(left, anchors), rank_vectors(right, anchors))
+    torch.testing.assert_close(blend(cosine, rank, 0.0), cosine)
+    torch.testing.assert_close(blend(cosine, rank, 1.0), rank)
+    torch.testing.assert_close(blend(cosine, rank, 0.25), 0.25 * rank + 0.75 * cosine)
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5])
+def test_blend_rejects_lambda_outside_unit_interval(bad: float) -> None:
+    with pytest.raises(ValueError, match="lambda_inf"):
+        blend(torch.zeros(1), torch.zeros(1), bad)
+
+
+def test_batch_and_single_inputs_agree(data) -> None:
+    inputs, anchors = data
+    batch = rank_vectors(inputs, anchors)
+    singles = torch.cat([rank_vectors(row[None], anchors) for row in inputs])
+    torch.testing.assert_close(batch, singles)
+
+
+def test_chunked_equals_unchunked(data) -> None:
+    inputs, anchors = data
+    torch.testing.assert_close(
+        rank_vectors_chunked(inputs, anchors, chunk=5), rank_vectors(inputs, anchors)
+    )
+    assert rank_vectors_chunked(inputs[:0], anchors).shape == (0, len(anchors))

@@ -2,7 +2,7 @@
 
 import typer
 
-from cli import evaluate, teachers, train
+from cli import diagnose, evaluate, serve, teachers, train, worker
 
 app = typer.Typer(
     name="rankserve",
@@ -18,8 +18,11 @@ def main() -> None:
 
 
 app.command("evaluate")(evaluate.evaluate)
+app.command("serve")(serve.serve)
 app.command("train")(train.train)
+app.command("worker")(worker.worker)
 app.add_typer(teachers.app, name="teachers")
+app.add_typer(diagnose.app, name="diagnose")
 
 
 if __name__ == "__main__":

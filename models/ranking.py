@@ -6,6 +6,7 @@ Reference: Seonwoo et al., "Ranking-Enhanced Unsupervised Sentence Representatio
 
 import math
 
+import numpy as np
 import torch
 
 DEFAULT_LAMBDA_INF = 0.1  # Section 4.3
@@ -19,12 +20,20 @@ def anchor_ranks(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tenso
     Ties (equal cosines) get distinct ordinal ranks; with float32 cosines they are vanishingly
     rare and Spearman's average-rank convention would move the result by less than 1e-6.
     """
-    cosines = embeddings @ anchors.T  # (batch, m)
-    order = torch.argsort(cosines, dim=1)  # (batch, m)
+    cosines = (embeddings @ anchors.T).detach()  # (batch, m); ranks carry no gradient
+    order = _argsort_rows(cosines)  # (batch, m)
     positions = torch.arange(anchors.shape[0], device=cosines.device, dtype=cosines.dtype)
     ranks = torch.empty_like(cosines)  # (batch, m)
     ranks.scatter_(1, order, positions.expand_as(cosines))
     return ranks
+
+
+def _argsort_rows(values: torch.Tensor) -> torch.Tensor:
+    """Row-wise argsort. On CPU numpy's vectorised sort is about 4x faster than torch's
+    (bench.scoring); on CUDA torch sorts on the device."""
+    if values.device.type == "cpu":
+        return torch.from_numpy(np.argsort(values.numpy(), axis=1))
+    return torch.argsort(values, dim=1)
 
 
 def normalise_ranks(ranks: torch.Tensor) -> torch.Tensor:

@@ -51,7 +51,12 @@ class Engine:
 
 def default_version(encoder: Encoder) -> str:
     """Stable across restarts of the same checkpoint: derived from its checksum."""
-    return f"base-{encoder.checksum[:12]}"
+    return base_version(encoder.checksum)
+
+
+def base_version(checksum: str) -> str:
+    """The version name of the settings' checkpoint, from its sha256_directory (no loading)."""
+    return f"base-{checksum[:12]}"
 
 
 def load_engine(settings: Settings) -> Engine:
@@ -69,7 +74,9 @@ def load_engine(settings: Settings) -> Engine:
         seed=settings.anchor_seed,
         cache_dir=settings.cache_dir,
     )
-    return Engine(encoder=encoder, anchors=anchors, version=default_version(encoder), name=encoder.name)
+    return Engine(
+        encoder=encoder, anchors=anchors, version=default_version(encoder), name=encoder.name
+    )
 
 
 class EngineHolder:

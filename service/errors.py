@@ -16,6 +16,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.metrics import MODEL_VERSION_HEADER, NO_MODEL, SCOPE_MODEL_VERSION
+
 logger = logging.getLogger(__name__)
 
 
@@ -41,30 +43,46 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
 
 
-class InvalidRequest(ApiError):
+class InvalidRequestError(ApiError):
     status_code = 422
     error_type = "invalid_request"
 
 
-class Unauthorized(ApiError):
+class UnauthorizedError(ApiError):
     status_code = 401
     error_type = "unauthorized"
 
-    def __init__(self, message: str = "a valid API key is required (Authorization: Bearer)"):
+    def __init__(
+        self, message: str = "a valid API key is required (Authorization: Bearer)"
+    ) -> None:
         super().__init__(message, headers={"WWW-Authenticate": "Bearer"})
 
 
-class NotFound(ApiError):
+class ForbiddenError(ApiError):
+    """The endpoint exists but is switched off here (the admin API without a token)."""
+
+    status_code = 403
+    error_type = "forbidden"
+
+
+class NotFoundError(ApiError):
     status_code = 404
     error_type = "not_found"
 
 
-class PayloadTooLarge(ApiError):
+class ConflictError(ApiError):
+    """The target's state forbids the operation: an ended job, a corrupt bundle."""
+
+    status_code = 409
+    error_type = "conflict"
+
+
+class PayloadTooLargeError(ApiError):
     status_code = 413
     error_type = "payload_too_large"
 
 
-class Overloaded(ApiError):
+class OverloadedError(ApiError):
     status_code = 429
     error_type = "overloaded"
 
@@ -75,7 +93,7 @@ class Overloaded(ApiError):
         )
 
 
-class NotReady(ApiError):
+class NotReadyError(ApiError):
     status_code = 503
     error_type = "not_ready"
 
@@ -83,15 +101,25 @@ class NotReady(ApiError):
         super().__init__(message)
 
 
+class StoreUnavailableError(ApiError):
+    """Redis, the documents' source of truth, did not answer: nothing was written or read."""
+
+    status_code = 503
+    error_type = "store_unavailable"
+
+    def __init__(self, message: str = "the document store (Redis) is unavailable") -> None:
+        super().__init__(message)
+
+
 # Statuses Starlette raises itself, by the type name they get in the body.
 _HTTP_TYPES = {
-    401: Unauthorized.error_type,
-    404: NotFound.error_type,
+    401: UnauthorizedError.error_type,
+    404: NotFoundError.error_type,
     405: "method_not_allowed",
-    413: PayloadTooLarge.error_type,
-    422: InvalidRequest.error_type,
-    429: Overloaded.error_type,
-    503: NotReady.error_type,
+    413: PayloadTooLargeError.error_type,
+    422: InvalidRequestError.error_type,
+    429: OverloadedError.error_type,
+    503: NotReadyError.error_type,
 }
 
 
@@ -103,8 +131,14 @@ def error_response(
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
-    """("body", "texts", 3) -> "texts[3]"; the "body" prefix says nothing to the client."""
-    parts = list(loc[1:] if loc and loc[0] == "body" else loc)
+    """("body", "texts", 3) -> "texts[3]".
+
+    "body" says nothing to the client, and pydantic's union-branch labels ("text-list",
+    "list[constrained-str]") are not field names: both are dropped.
+    """
+    parts = [part for part in loc if isinstance(part, int) or part.isidentifier()]
+    if parts[:1] == ["body"]:
+        parts = parts[1:]
     text = ""
     for part in parts:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
@@ -132,23 +166,25 @@ async def _api_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    return error_response(422, InvalidRequest.error_type, validation_message(list(exc.errors())))
+    return error_response(
+        422, InvalidRequestError.error_type, validation_message(list(exc.errors()))
+    )
 
 
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    status = exc.status_code
-    if status == 413:
-        limit = request.app.state.services.settings.max_body_bytes
-        message = f"request body is larger than the limit of {limit} bytes"
-    else:
-        message = str(exc.detail)
-    return error_response(status, _HTTP_TYPES.get(status, "http_error"), message, exc.headers)
+    error_type = _HTTP_TYPES.get(exc.status_code, "http_error")
+    return error_response(exc.status_code, error_type, str(exc.detail), exc.headers)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return error_response(500, ApiError.error_type, "internal server error")
+    # This response leaves from outside the middleware that stamps the version: stamp it here.
+    live = request.app.state.services.holder.current
+    version = request.scope.get(SCOPE_MODEL_VERSION) or (live.version if live else NO_MODEL)
+    return error_response(
+        500, ApiError.error_type, "internal server error", {MODEL_VERSION_HEADER: version}
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -163,9 +199,19 @@ def error_responses(*errors: type[ApiError]) -> dict[int | str, dict[str, Any]]:
     documented: dict[int | str, dict[str, Any]] = {}
     for error in errors:
         entry: dict[str, Any] = {"model": ErrorBody, "description": error.error_type}
-        if error is Overloaded:
+        if error is OverloadedError:
             entry["headers"] = {
                 "Retry-After": {"description": "seconds", "schema": {"type": "integer"}}
             }
+        if error.status_code in documented:
+            # Two kinds share a status (503: not_ready, store_unavailable): name both.
+            earlier = documented[error.status_code]["description"]
+            entry["description"] = f"{earlier} or {error.error_type}"
         documented[error.status_code] = entry
     return documented
+
+
+# What any route that encodes a request body can answer besides 200 (401 added with auth).
+ENCODING_ROUTE_ERRORS = error_responses(
+    InvalidRequestError, PayloadTooLargeError, OverloadedError, NotReadyError
+)

@@ -1,9 +1,5 @@
-"""Request limits, and a route class whose JSON parsing rejects what `json.loads` lets through.
-
-The byte limit on bodies is FastAPI's `max_body_size` (Starlette's RequestBodyLimitMiddleware):
-a pure ASGI middleware counting bytes as they stream in, so a chunked upload without a
-Content-Length is cut off at the limit too, and a declared Content-Length over it is refused
-before any byte is read.
+"""Request limits: the body-size middleware, and a route class whose JSON parsing rejects what
+`json.loads` lets through (invalid UTF-8, NaN/Infinity, lone surrogates).
 """
 
 import json
@@ -14,7 +10,11 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.errors import PayloadTooLargeError, error_response
 from service.settings import Settings
 
 
@@ -33,6 +33,15 @@ class Limits:
             max_text_chars=settings.max_text_chars,
             max_body_bytes=settings.max_body_bytes,
         )
+
+    @property
+    def max_similarity_pairs(self) -> int:
+        """Two texts per pair: a full request of pairs stays within max_texts_per_request."""
+        return max(1, self.max_texts_per_request // 2)
+
+    @property
+    def max_similarity_targets(self) -> int:
+        return max(1, self.max_texts_per_request - 1)
 
 
 # A \uD800-\uDFFF escape; only a lone one survives json.loads as an unencodable str.
@@ -94,3 +103,42 @@ class StrictJSONRoute(APIRoute):
             return await handler(StrictJSONRequest(request.scope, request.receive))
 
         return strict_handler
+
+
+class BodyLimitMiddleware:
+    """Pure ASGI: counts body bytes as they stream in and stops at `max_bytes`.
+
+    A declared Content-Length over the limit is answered before any byte is read; a chunked
+    upload (no Content-Length) is cut off by the byte that crosses the limit. Starlette's own
+    RequestBodyLimitMiddleware replaces the response with plain text; this one keeps the
+    error body every other error has.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.message = f"request body is larger than the limit of {max_bytes} bytes"
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            response = error_response(413, PayloadTooLargeError.error_type, self.message)
+            await response(scope, receive, send)
+            return
+        received = 0
+
+        async def counting_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    # An HTTPException, because FastAPI re-raises those from body parsing
+                    # (anything else it reports as a 400) and the error handlers shape it.
+                    raise HTTPException(413, detail=self.message)
+            return message
+
+        await self.app(scope, counting_receive, send)

@@ -2,8 +2,9 @@
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -28,6 +29,9 @@ class Settings(BaseSettings):
     data_dir: Path = DATA_DIR
     var_dir: Path = REPO_ROOT / "var"
 
+    # Diagnostics (`rankserve diagnose`): HEROS-format file used when --data is not given.
+    heros_data: Path = DATA_DIR / "heros-sample.tsv"
+
     # API (service/app.py, `rankserve serve`): server, auth, request limits published by /info,
     # dynamic batching. encode_batch_size above also caps the texts per serving forward pass.
     host: str = "127.0.0.1"
@@ -42,6 +46,56 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(default=16_384, ge=1, description="padded tokens per forward")
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After sent with a 429")
 
+    # Documents and search (service/corpus, /documents, /search): Redis is the source of truth,
+    # the faiss index is rebuilt from it. anchor_source "documents" samples anchor_count
+    # documents with anchor_seed (None = 0) as the anchor corpus (RankEncoder footnote 4).
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_prefix: str = Field(default="rankserve", pattern=r"^[A-Za-z0-9_.:-]{1,64}$")
+    start_redis: bool = Field(
+        default=True, description="`rankserve serve` starts redis-server when none answers"
+    )
+    anchor_source: Literal["corpus", "documents"] = "corpus"
+    demo_corpus: Path | None = Field(
+        default=DATA_DIR / "demo" / "documents.jsonl",
+        description="indexed on the first start with an empty corpus; None = none",
+    )
+    max_documents_per_request: int = Field(default=256, ge=1)
+    max_metadata_keys: int = Field(default=16, ge=1)
+    max_metadata_bytes: int = Field(default=2048, ge=16, description="compact JSON, UTF-8")
+    max_top_k: int = Field(default=100, ge=1)
+    search_candidates: int = Field(default=100, ge=1, description="faiss candidates for Eq. 7")
+    max_search_candidates: int = Field(default=1000, ge=1)
+    search_index: Literal["flat", "ivf"] = "flat"
+    ivf_nlist: int = Field(default=1024, ge=1, description="IVF lists; trained at 39 x nlist docs")
+    ivf_nprobe: int = Field(default=32, ge=1)
+    write_visibility_timeout_s: float = Field(
+        default=30.0, ge=0.0, description="a write waits this long for this replica's index"
+    )
+
+    # Operations (worker/, service/swap.py, /admin): retrain jobs on an RQ queue named after
+    # redis_prefix, bundles under bundle_store, the active version in Redis. An empty or unset
+    # admin_token disables /admin (403).
+    store_dir: Path | None = Field(default=None, description="bundle store; None = var/store")
+    admin_token: SecretStr | None = Field(default=None, description="Bearer token for /admin")
+    reconcile_interval_s: float = Field(
+        default=30.0, gt=0.0, description="replicas re-read the active version this often"
+    )
+    job_timeout_s: int = Field(default=6 * 3600, ge=10, description="a retrain job is killed after")
+    job_retries: int = Field(default=1, ge=0, description="re-runs after a crash or shutdown")
+    job_result_ttl_s: int = Field(default=30 * 24 * 3600, ge=60, description="job records kept")
+    worker_heartbeat_s: int = Field(
+        default=10, ge=1, description="the worker proves it is alive this often during a job"
+    )
+    worker_shutdown_grace_s: float = Field(
+        default=120.0, ge=0.0, description="SIGTERM: wait this long for the job, then requeue it"
+    )
+
+    @field_validator("admin_token", mode="before")
+    @classmethod
+    def _blank_token_is_none(cls, value: object) -> object:
+        # docker-compose passes an unset variable through as "", which must not be a token.
+        return None if isinstance(value, str) and not value.strip() else value
+
     @property
     def cache_dir(self) -> Path:
         return self.var_dir / "cache"
@@ -54,6 +108,10 @@ class Settings(BaseSettings):
     @property
     def runs_dir(self) -> Path:
         return self.var_dir / "runs"
+
+    @property
+    def bundle_store(self) -> Path:
+        return self.store_dir or self.var_dir / "store"
 
 
 @lru_cache(maxsize=1)

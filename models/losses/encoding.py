@@ -2,12 +2,12 @@
 
 import torch
 from sentence_transformers import SentenceTransformer
+from sentence_transformers.util import batch_to_device
 
 
 def embed(model: SentenceTransformer, texts: list[str]) -> torch.Tensor:
     """Sentence embeddings with autograd, through every module of the model (pooling, norm)."""
-    features = model.tokenize(texts)
-    features = {key: value.to(model.device) for key, value in features.items()}
+    features = batch_to_device(model.preprocess(texts), model.device)
     return model(features)["sentence_embedding"]  # (n, dim)
 
 

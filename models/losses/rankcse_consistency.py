@@ -4,6 +4,8 @@ Reference: Liu et al., "RankCSE: Unsupervised Sentence Representations Learning 
 to Rank" (ACL 2023), Section 4.3.
 """
 
+import math
+
 import torch
 
 from models.losses.infonce import DEFAULT_TEMPERATURE
@@ -19,9 +21,7 @@ def js_ranking_consistency(
     """
     log_p = torch.log_softmax(similarity / temperature, dim=-1)  # (B, B)
     log_q = torch.log_softmax(similarity.T / temperature, dim=-1)  # (B, B)
-    log_m = torch.logsumexp(torch.stack([log_p, log_q]), dim=0) - torch.log(
-        torch.tensor(2.0, device=similarity.device)
-    )  # (B, B) log of (P + Q) / 2
+    log_m = torch.logsumexp(torch.stack([log_p, log_q]), dim=0) - math.log(2.0)  # (B, B)
     kl_pm = (log_p.exp() * (log_p - log_m)).sum(dim=-1)  # (B,)
     kl_qm = (log_q.exp() * (log_q - log_m)).sum(dim=-1)  # (B,)
     return (0.5 * (kl_pm + kl_qm)).mean()

@@ -1,0 +1,379 @@
+"""Versioned model bundles `<store>/bundles/<version>/`, written atomically, verified on load.
+
+A bundle is everything one serving engine needs, so a replica can load it beside the live one
+and swap a single reference (DESIGN.md, "Hot swap, in one picture"):
+
+    encoder/               the sentence-transformers directory (the student's weights)
+    anchors.npy            (m, dim) unit embeddings of the anchor corpus C by that encoder
+    anchor-texts.json      the m anchor sentences, in row order
+    corpus.npy             (n, dim) document embeddings at `corpus.revision` (optional)
+    corpus-ids.json        the n document numbers (search-index ids), in row order
+    manifest.json          version, method, parent, metrics, dimensions, sha256 of every file
+
+Writing goes to a temporary directory inside the same `bundles/` folder, fsyncs every file and
+directory, then renames it into place: a reader sees a whole bundle or none. Loading re-hashes
+every file against the manifest, checks every matrix's dimension against the encoder's, and
+smoke-encodes a few sentences, before the caller ever sees the result.
+"""
+
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from models.anchors import AnchorSet
+from models.checksums import sha256_directory, sha256_file, sha256_texts
+from models.encoder import Encoder, load_encoder
+
+BUNDLES_DIR = "bundles"
+MANIFEST = "manifest.json"
+ENCODER_DIR = "encoder"
+ANCHORS = "anchors.npy"
+ANCHOR_TEXTS = "anchor-texts.json"
+CORPUS = "corpus.npy"
+CORPUS_IDS = "corpus-ids.json"
+FORMAT = 1
+_TMP_PREFIX = ".tmp-"
+
+# Letters, digits, dot, dash, underscore; a letter or digit first, so "." and ".." and hidden
+# names are impossible and the name is always one path component.
+VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+SMOKE_TEXTS = (
+    "A man is playing a guitar.",
+    "The stock market fell sharply on Monday.",
+    "Zwei Hunde spielen im Schnee.",
+)
+
+
+class BundleError(Exception):
+    """Base of every registry error; the message says which bundle and what is wrong."""
+
+
+class InvalidVersionError(BundleError, ValueError):
+    """A version name that could leave the store or is not one safe path component."""
+
+
+class BundleNotFoundError(BundleError, FileNotFoundError):
+    pass
+
+
+class BundleExistsError(BundleError, FileExistsError):
+    pass
+
+
+class CorruptBundleError(BundleError):
+    """Checksums, dimensions or the smoke encode disagree with the manifest: never serve it."""
+
+
+class EncoderInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    dim: int = Field(ge=1)
+    checksum: str  # sha256_directory of encoder/, the key of every embedding cache
+
+
+class AnchorInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    count: int = Field(ge=2)
+    texts_sha256: str
+
+
+class CorpusInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    revision: int = Field(ge=0)  # the document store's revision the embeddings reflect
+    count: int = Field(ge=0)
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: int = FORMAT
+    version: str
+    created_at: str
+    method: str | None  # training method, None for an imported base checkpoint
+    parent: str | None  # the version it was trained from
+    metrics: dict[str, Any] = Field(default_factory=dict)  # dev metrics, promotion-gate result
+    encoder: EncoderInfo
+    anchors: AnchorInfo
+    corpus: CorpusInfo | None = None
+    files: dict[str, str]  # relative POSIX path -> sha256, every file but the manifest
+
+
+@dataclass(frozen=True)
+class CorpusSnapshot:
+    """Document embeddings by the bundle's encoder as of one document-store revision.
+
+    Every document whose last write is at or before `revision` has its row here; later
+    writes are for the loader to catch up on.
+    """
+
+    revision: int
+    ids: list[int]  # the documents' search-index numbers
+    embeddings: np.ndarray  # (n, dim) float32, unit rows
+
+
+@dataclass(frozen=True)
+class LoadedBundle:
+    manifest: Manifest
+    encoder: Encoder
+    anchors: AnchorSet
+    corpus: CorpusSnapshot | None
+
+
+def validate_version(version: str) -> str:
+    """`version` unchanged when it is a safe bundle name, else InvalidVersionError."""
+    if not isinstance(version, str) or not VERSION_PATTERN.fullmatch(version):
+        raise InvalidVersionError(
+            f"invalid version name {version!r}: use 1-100 letters, digits, '.', '-', '_', "
+            "starting with a letter or digit"
+        )
+    return version
+
+
+def _fsync_file(path: Path) -> None:
+    with path.open("rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2, ensure_ascii=False), encoding="utf-8")
+
+
+def _save_matrix(path: Path, matrix: np.ndarray) -> None:
+    with path.open("wb") as handle:
+        np.save(handle, np.ascontiguousarray(matrix, dtype=np.float32))
+
+
+def _bundle_files(root: Path) -> list[Path]:
+    """Every file under `root` except the manifest; a symlink anywhere is corruption."""
+    files = []
+    for directory, subdirs, names in os.walk(root):
+        for name in subdirs + names:
+            if (Path(directory) / name).is_symlink():
+                raise CorruptBundleError(f"{root.name}: {name} is a symlink; bundles hold files")
+        files.extend(Path(directory) / name for name in names)
+    return sorted(path for path in files if path.relative_to(root).as_posix() != MANIFEST)
+
+
+def _check_matrix(name: str, matrix: np.ndarray, rows: int, dim: int, where: str) -> None:
+    if matrix.ndim != 2 or matrix.shape[1] != dim:
+        raise CorruptBundleError(
+            f"{where}: {name} has shape {matrix.shape}, the encoder's dimension is {dim}"
+        )
+    if matrix.shape[0] != rows:
+        raise CorruptBundleError(f"{where}: {name} has {matrix.shape[0]} rows, expected {rows}")
+    if not np.isfinite(matrix).all():
+        raise CorruptBundleError(f"{where}: {name} holds non-finite values")
+
+
+class BundleStore:
+    """The `bundles/` folder of a store directory shared by the worker and every replica."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.bundles = self.root / BUNDLES_DIR
+
+    def path_for(self, version: str) -> Path:
+        """The bundle directory of `version`, guaranteed to lie inside the store."""
+        validate_version(version)
+        path = self.bundles / version
+        # A symlinked bundle directory could point anywhere: bundles are real directories.
+        if path.is_symlink() or path.resolve().parent != self.bundles.resolve():
+            raise InvalidVersionError(f"bundle {version!r} is a link or resolves outside the store")
+        return path
+
+    def exists(self, version: str) -> bool:
+        return (self.path_for(version) / MANIFEST).is_file()
+
+    def versions(self) -> list[str]:
+        """Names of complete bundles (with a manifest), oldest first by creation time."""
+        if not self.bundles.is_dir():
+            return []
+        found = []
+        for entry in self.bundles.iterdir():
+            named = VERSION_PATTERN.fullmatch(entry.name)
+            if named and not entry.is_symlink() and (entry / MANIFEST).is_file():
+                found.append(entry.name)
+        return sorted(found, key=lambda v: ((self.bundles / v / MANIFEST).stat().st_mtime, v))
+
+    def manifest(self, version: str) -> Manifest:
+        """The parsed manifest, without hashing the files (cheap; for listings)."""
+        path = self.path_for(version) / MANIFEST
+        if not path.is_file():
+            raise BundleNotFoundError(f"no bundle named {version!r} in {self.bundles}")
+        try:
+            manifest = Manifest.model_validate_json(path.read_bytes())
+        except ValidationError as error:
+            raise CorruptBundleError(f"{version}: unreadable manifest: {error}") from None
+        if manifest.version != version:
+            raise CorruptBundleError(f"{version}: manifest names version {manifest.version!r}")
+        return manifest
+
+    def write(
+        self,
+        version: str,
+        *,
+        encoder: Encoder,
+        anchors: AnchorSet,
+        corpus: CorpusSnapshot | None = None,
+        method: str | None = None,
+        parent: str | None = None,
+        metrics: dict[str, Any] | None = None,
+    ) -> Manifest:
+        """Write a complete bundle for `version`, or nothing at all."""
+        final = self.path_for(version)
+        if final.exists():
+            raise BundleExistsError(f"bundle {version!r} already exists")
+        if anchors.encoder_checksum != encoder.checksum:
+            raise ValueError("the anchor embeddings were not made by this encoder")
+        anchor_matrix = anchors.embeddings.detach().float().cpu().numpy()  # (m, dim)
+        _check_matrix(ANCHORS, anchor_matrix, anchors.count, encoder.dim, version)
+        if corpus is not None:
+            _check_matrix(CORPUS, corpus.embeddings, len(corpus.ids), encoder.dim, version)
+
+        self.bundles.mkdir(parents=True, exist_ok=True)
+        tmp = self.bundles / f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
+        try:
+            shutil.copytree(encoder.path, tmp / ENCODER_DIR, symlinks=False)
+            _save_matrix(tmp / ANCHORS, anchor_matrix)
+            _write_json(tmp / ANCHOR_TEXTS, anchors.texts)
+            if corpus is not None:
+                _save_matrix(tmp / CORPUS, corpus.embeddings)
+                _write_json(tmp / CORPUS_IDS, corpus.ids)
+            files = _bundle_files(tmp)
+            manifest = Manifest(
+                version=version,
+                created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                method=method,
+                parent=parent,
+                metrics=metrics or {},
+                encoder=EncoderInfo(
+                    name=encoder.name,
+                    dim=encoder.dim,
+                    checksum=sha256_directory(tmp / ENCODER_DIR),
+                ),
+                anchors=AnchorInfo(count=anchors.count, texts_sha256=anchors.texts_checksum),
+                corpus=None
+                if corpus is None
+                else CorpusInfo(revision=corpus.revision, count=len(corpus.ids)),
+                files={path.relative_to(tmp).as_posix(): sha256_file(path) for path in files},
+            )
+            (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+            for path in [*files, tmp / MANIFEST]:
+                _fsync_file(path)
+            for directory, _, _ in os.walk(tmp):
+                _fsync_dir(Path(directory))
+            try:
+                os.rename(tmp, final)
+            except OSError as error:
+                raise BundleExistsError(f"bundle {version!r} appeared meanwhile") from error
+            _fsync_dir(self.bundles)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return manifest
+
+    def verify(self, version: str) -> Manifest:
+        """The manifest, after every file has been re-hashed and matched against it."""
+        manifest = self.manifest(version)
+        root = self.path_for(version)
+        present = {path.relative_to(root).as_posix(): path for path in _bundle_files(root)}
+        missing = sorted(set(manifest.files) - set(present))
+        if missing:
+            raise CorruptBundleError(f"{version}: missing files {missing}")
+        extra = sorted(set(present) - set(manifest.files))
+        if extra:
+            raise CorruptBundleError(f"{version}: files not in the manifest {extra}")
+        for name, expected in manifest.files.items():
+            if sha256_file(present[name]) != expected:
+                raise CorruptBundleError(f"{version}: {name} does not match its sha256")
+        return manifest
+
+    def load(
+        self,
+        version: str,
+        *,
+        device: str | None = None,
+        max_seq_length: int | None = None,
+        batch_size: int = 64,
+    ) -> LoadedBundle:
+        """Verify, load and smoke-test a bundle; raises CorruptBundleError on any doubt."""
+        manifest = self.verify(version)
+        root = self.path_for(version)
+        try:
+            encoder = load_encoder(
+                root / ENCODER_DIR,
+                device=device,
+                max_seq_length=max_seq_length,
+                batch_size=batch_size,
+            )
+        except Exception as error:
+            raise CorruptBundleError(f"{version}: the encoder does not load: {error}") from error
+        encoder.name = manifest.encoder.name
+        where = version
+        if encoder.checksum != manifest.encoder.checksum:
+            raise CorruptBundleError(f"{where}: encoder checksum disagrees with the manifest")
+        if encoder.dim != manifest.encoder.dim:
+            raise CorruptBundleError(
+                f"{where}: encoder dimension {encoder.dim}, manifest says {manifest.encoder.dim}"
+            )
+        smoke = encoder.encode(list(SMOKE_TEXTS))  # (3, dim)
+        if smoke.shape != (len(SMOKE_TEXTS), encoder.dim) or not torch.isfinite(smoke).all():
+            raise CorruptBundleError(f"{where}: the encoder's smoke encode is not finite")
+
+        anchor_matrix = np.load(root / ANCHORS, allow_pickle=False)  # (m, dim)
+        _check_matrix(ANCHORS, anchor_matrix, manifest.anchors.count, encoder.dim, where)
+        texts = json.loads((root / ANCHOR_TEXTS).read_text(encoding="utf-8"))
+        if len(texts) != manifest.anchors.count or sha256_texts(texts) != (
+            manifest.anchors.texts_sha256
+        ):
+            raise CorruptBundleError(f"{where}: anchor texts disagree with the manifest")
+        anchors = AnchorSet(
+            texts=texts,
+            embeddings=torch.from_numpy(anchor_matrix).to(encoder.device),
+            texts_checksum=manifest.anchors.texts_sha256,
+            encoder_checksum=encoder.checksum,
+        )
+
+        corpus = None
+        if manifest.corpus is not None:
+            matrix = np.load(root / CORPUS, allow_pickle=False)  # (n, dim)
+            ids = json.loads((root / CORPUS_IDS).read_text(encoding="utf-8"))
+            _check_matrix(CORPUS, matrix, manifest.corpus.count, encoder.dim, where)
+            if len(ids) != manifest.corpus.count or not all(type(i) is int for i in ids):
+                raise CorruptBundleError(f"{where}: corpus ids disagree with the manifest")
+            corpus = CorpusSnapshot(manifest.corpus.revision, ids, matrix)
+        return LoadedBundle(manifest=manifest, encoder=encoder, anchors=anchors, corpus=corpus)
+
+    def remove_stale_temporaries(self, older_than_s: float = 3600.0) -> list[Path]:
+        """Delete half-written bundles that a crashed writer left; returns what it removed."""
+        if not self.bundles.is_dir():
+            return []
+        cutoff = time.time() - older_than_s
+        removed = []
+        for entry in self.bundles.iterdir():
+            if entry.name.startswith(_TMP_PREFIX) and entry.stat().st_mtime < cutoff:
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry)
+        return removed

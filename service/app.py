@@ -1,0 +1,144 @@
+"""`create_app(settings)`: the FastAPI application that `rankserve serve` runs under uvicorn.
+
+Extending it: add a router factory to `DATA_ROUTERS` (behind the API key, when one is set) or
+`PUBLIC_ROUTERS`, and a lifespan component to `COMPONENTS`. A component is an async context
+manager entered after the shared services exist; the engine may still be loading, so a
+component that needs it awaits `services.holder.wait_ready()` in a task of its own, and
+appends a check to `services.readiness` to hold /ready at 503 until it is done.
+"""
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from importlib.metadata import version
+
+from fastapi import Depends, FastAPI
+
+from service.auth import require_api_key
+from service.batching import Batcher
+from service.corpus.lifespan import corpus_component
+from service.dependencies import Services
+from service.engine import Engine, EngineHolder
+from service.errors import UnauthorizedError, error_responses, install_error_handlers
+from service.limits import BodyLimitMiddleware, Limits
+from service.metrics import Metrics, ObservabilityMiddleware
+from service.routes import (
+    RouterFactory,
+    admin,
+    documents,
+    embeddings,
+    encode,
+    health,
+    metrics,
+    search,
+    similarity,
+)
+from service.settings import Settings, get_settings
+from service.swap import load_active_engine, swap_component
+
+logger = logging.getLogger(__name__)
+
+Component = Callable[[FastAPI, Services], AbstractAsyncContextManager[None]]
+EngineLoader = Callable[[Settings], Engine]
+
+PUBLIC_ROUTERS: tuple[RouterFactory, ...] = (
+    health.build_router,
+    metrics.build_router,
+    admin.build_router,  # behind the admin token instead of the API key
+)
+DATA_ROUTERS: tuple[RouterFactory, ...] = (
+    encode.build_router,
+    embeddings.build_router,
+    similarity.build_router,
+    documents.build_router,
+    search.build_router,
+)
+# The swap component uses the corpus (app.state.corpus), so it comes after it.
+COMPONENTS: tuple[Component, ...] = (corpus_component, swap_component)
+
+
+async def load_first_engine(services: Services, loader: EngineLoader) -> None:
+    """Off the event loop, so /health answers while the model and anchors load."""
+    try:
+        engine = await asyncio.to_thread(loader, services.settings)
+    except Exception as error:
+        logger.exception("the model failed to load")
+        services.holder.load_error = f"the model failed to load: {error}"
+        return
+    services.holder.swap(engine)
+    services.metrics.set_active_model(engine.version, engine.name)
+    logger.info("serving %s (%s), %d anchors", engine.name, engine.version, engine.anchors.count)
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    loader: EngineLoader = load_active_engine,
+    components: Sequence[Component] = COMPONENTS,
+) -> FastAPI:
+    settings = settings or get_settings()
+    metrics_ = Metrics()
+    holder = EngineHolder()
+    services = Services(
+        settings=settings,
+        limits=Limits.from_settings(settings),
+        holder=holder,
+        metrics=metrics_,
+        batcher=Batcher(
+            metrics_,
+            max_batch_size=settings.encode_batch_size,
+            max_batch_tokens=settings.max_batch_tokens,
+            max_wait_s=settings.batch_wait_ms / 1000,
+            capacity=settings.queue_capacity,
+            retry_after_s=settings.retry_after_s,
+        ),
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await services.batcher.start()
+        loading = asyncio.create_task(load_first_engine(services, loader), name="load-engine")
+        try:
+            async with AsyncExitStack() as stack:
+                for component in components:
+                    await stack.enter_async_context(component(app, services))
+                yield
+        finally:
+            loading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loading
+            await services.batcher.stop()
+
+    app = FastAPI(
+        title="rankserve",
+        summary="Sentence embeddings and RankEncoder (Eq. 7) similarity",
+        version=version("rankserve"),
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    install_error_handlers(app)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    # Added last, so outermost: every response, the body limit's 413s included, is counted
+    # and stamped with the model version.
+    app.add_middleware(
+        ObservabilityMiddleware,
+        metrics=metrics_,
+        live_version=lambda: holder.current.version if holder.current else None,
+    )
+    for factory in PUBLIC_ROUTERS:
+        app.include_router(factory(settings))
+    protected = settings.api_key is not None
+    for factory in DATA_ROUTERS:
+        app.include_router(
+            factory(settings),
+            dependencies=[Depends(require_api_key)] if protected else None,
+            responses=error_responses(UnauthorizedError) if protected else None,
+        )
+    return app
+
+
+def app_from_environment() -> FastAPI:
+    """uvicorn's factory (`--factory`): each worker process builds its app from RANKSERVE_*."""
+    return create_app(get_settings())

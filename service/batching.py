@@ -1,0 +1,213 @@
+"""Dynamic batching: concurrent requests coalesce into encoder batches on one worker thread.
+
+A collector task waits for the first pending request, gives others up to `max_wait_s` to
+join (skipped once `max_batch_size` texts are waiting), then hands every request of the
+same engine, up to `max_batch_size` texts, to the worker. While the worker computes, new
+requests queue; when it finishes they have already waited, so the next batch leaves at once.
+The worker tokenises, sorts the texts by token count (less padding), and runs one forward
+pass per slice that fits both the size and the padded-token budget.
+
+One worker thread only: torch already spreads a forward pass over the cores, and one queue
+keeps the order of work under load predictable. The queue is bounded in texts; a request
+that would overflow it fails fast with `OverloadedError` (429 + Retry-After).
+"""
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import torch
+
+from service.engine import Engine
+from service.errors import OverloadedError
+from service.metrics import Metrics
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Encoded:
+    embeddings: torch.Tensor  # (n, dim) float32 on the CPU, unit rows
+    token_counts: list[int]  # per text, before truncation (special tokens included)
+    max_tokens: int  # the encoder's maximum; texts with more tokens were truncated
+
+    @property
+    def truncated(self) -> list[bool]:
+        return [count > self.max_tokens for count in self.token_counts]
+
+    @property
+    def tokens_processed(self) -> int:
+        return sum(min(count, self.max_tokens) for count in self.token_counts)
+
+
+@dataclass
+class _Job:
+    engine: Engine
+    texts: list[str]
+    future: asyncio.Future[Encoded]
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+def forward_slices(
+    token_counts: list[int], max_tokens: int, max_batch_size: int, max_batch_tokens: int
+) -> list[list[int]]:
+    """Text indices sorted by token count, cut into slices within both budgets.
+
+    A slice's padded cost is its size times its longest (truncated) text, so sorting first
+    keeps short texts from being padded to a long neighbour.
+    """
+    order = sorted(range(len(token_counts)), key=token_counts.__getitem__)
+    slices: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        length = min(token_counts[index], max_tokens)
+        if current and (
+            len(current) >= max_batch_size or (len(current) + 1) * length > max_batch_tokens
+        ):
+            slices.append(current)
+            current = []
+        current.append(index)
+    if current:
+        slices.append(current)
+    return slices
+
+
+class Batcher:
+    def __init__(
+        self,
+        metrics: Metrics,
+        *,
+        max_batch_size: int,
+        max_batch_tokens: int,
+        max_wait_s: float,
+        capacity: int,
+        retry_after_s: int,
+    ) -> None:
+        self.metrics = metrics
+        self.max_batch_size = max_batch_size
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait_s = max_wait_s
+        self.capacity = capacity
+        self.retry_after_s = retry_after_s
+        self._pending: deque[_Job] = deque()
+        self._pending_texts = 0
+        self._arrived = asyncio.Event()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
+        self._collector: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._collector = asyncio.create_task(self._collect(), name="batch-collector")
+
+    async def stop(self) -> None:
+        if self._collector is not None:
+            self._collector.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._collector
+        for job in self._pending:
+            job.future.cancel()
+        self._pending.clear()
+        self._executor.shutdown(wait=True)
+
+    async def encode(self, engine: Engine, texts: list[str]) -> Encoded:
+        """Embeddings of `texts` by `engine`, computed in a batch with other requests' texts."""
+        if self._pending and self._pending_texts + len(texts) > self.capacity:
+            self.metrics.rejected.inc()
+            raise OverloadedError(self.retry_after_s)
+        job = _Job(engine, texts, asyncio.get_running_loop().create_future())
+        self._pending.append(job)
+        self._pending_texts += len(texts)
+        self.metrics.queue_depth.set(self._pending_texts)
+        self._arrived.set()
+        return await job.future
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        """Run `fn(*args)` on the worker thread, after the encoder work queued before it."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def _collect(self) -> None:
+        while True:
+            await self._next_arrival()
+            deadline = self._pending[0].enqueued + self.max_wait_s
+            while self._pending_texts < self.max_batch_size:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                self._arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._arrived.wait(), remaining)
+            jobs = self._take()
+            if jobs:
+                await self._process(jobs)
+
+    async def _next_arrival(self) -> None:
+        while not self._pending:
+            self._arrived.clear()
+            await self._arrived.wait()
+
+    def _take(self) -> list[_Job]:
+        """FIFO jobs of the first job's engine, up to max_batch_size texts (at least one job)."""
+        jobs: list[_Job] = []
+        texts = 0
+        while self._pending:
+            job = self._pending[0]
+            if job.future.cancelled():
+                self._pending.popleft()
+                self._pending_texts -= len(job.texts)
+                continue
+            if jobs and (
+                job.engine is not jobs[0].engine or texts + len(job.texts) > self.max_batch_size
+            ):
+                break
+            self._pending.popleft()
+            self._pending_texts -= len(job.texts)
+            jobs.append(job)
+            texts += len(job.texts)
+        self.metrics.queue_depth.set(self._pending_texts)
+        return jobs
+
+    async def _process(self, jobs: list[_Job]) -> None:
+        now = time.perf_counter()
+        for job in jobs:
+            self.metrics.queue_wait.observe(now - job.enqueued)
+        texts = [text for job in jobs for text in job.texts]
+        self.metrics.batch_size.observe(len(texts))
+        try:
+            encoded = await self.run(self._encode, jobs[0].engine, texts)
+        except Exception as error:
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(error)
+            return
+        start = 0
+        for job in jobs:
+            stop = start + len(job.texts)
+            if not job.future.done():
+                job.future.set_result(
+                    Encoded(
+                        embeddings=encoded.embeddings[start:stop],
+                        token_counts=encoded.token_counts[start:stop],
+                        max_tokens=encoded.max_tokens,
+                    )
+                )
+            start = stop
+
+    def _encode(self, engine: Engine, texts: list[str]) -> Encoded:
+        """Worker thread: tokenise, sort by length, one forward pass per budgeted slice."""
+        start = time.perf_counter()
+        encoder = engine.encoder
+        counts = encoder.token_counts(texts)
+        embeddings = torch.empty((len(texts), encoder.dim), dtype=torch.float32)  # (n, dim)
+        for indices in forward_slices(
+            counts, encoder.max_seq_length, self.max_batch_size, self.max_batch_tokens
+        ):
+            part = encoder.encode([texts[i] for i in indices], batch_size=len(indices))
+            embeddings[torch.tensor(indices)] = part.cpu()  # (len(indices), dim)
+        self.metrics.inference.observe(time.perf_counter() - start)
+        return Encoded(
+            embeddings=embeddings, token_counts=counts, max_tokens=encoder.max_seq_length
+        )

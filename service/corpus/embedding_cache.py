@@ -1,0 +1,69 @@
+"""Document embeddings on disk, keyed by encoder and text, so a restart does not re-encode.
+
+One SQLite file per encoder checkpoint (its checksum), maximum sequence length and dimension,
+which is everything an embedding depends on besides the text; rows are keyed by the text's
+sha256. SQLite gives atomic, crash-safe writes and lets several processes on one host (API
+replicas sharing a volume) read and write the same file.
+"""
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+_CHUNK = 500  # host parameters per statement stay well under SQLite's limit
+
+
+def text_key(text: str) -> bytes:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
+
+
+class EmbeddingCache:
+    def __init__(
+        self, directory: Path, encoder_checksum: str, max_seq_length: int, dim: int
+    ) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.dim = dim
+        self.path = directory / f"{encoder_checksum[:16]}-L{max_seq_length}-d{dim}.sqlite"
+        self._lock = threading.Lock()
+        # Used from worker threads (asyncio.to_thread); the lock serialises them.
+        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS embeddings (key BLOB PRIMARY KEY, vector BLOB NOT NULL)"
+        )
+        self._db.commit()
+
+    def get_many(self, texts: Sequence[str]) -> list[np.ndarray | None]:
+        """The cached (dim,) float32 embedding of each text, None where absent."""
+        keys = [text_key(text) for text in texts]
+        found: dict[bytes, np.ndarray] = {}
+        with self._lock:
+            for start in range(0, len(keys), _CHUNK):
+                chunk = list(dict.fromkeys(keys[start : start + _CHUNK]))
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(
+                    f"SELECT key, vector FROM embeddings WHERE key IN ({marks})", chunk
+                )
+                for key, vector in rows:
+                    array = np.frombuffer(vector, dtype=np.float32)
+                    if array.shape == (self.dim,):
+                        found[key] = array
+        return [found.get(key) for key in keys]
+
+    def put_many(self, texts: Sequence[str], embeddings: np.ndarray) -> None:
+        """Store (n, dim) float32 embeddings of `texts`."""
+        vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
+        rows = [(text_key(text), vectors[i].tobytes()) for i, text in enumerate(texts)]
+        with self._lock:
+            self._db.executemany(
+                "INSERT OR REPLACE INTO embeddings (key, vector) VALUES (?, ?)", rows
+            )
+            self._db.commit()
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

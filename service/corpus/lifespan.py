@@ -1,0 +1,55 @@
+"""The corpus as an app component (service/app.py COMPONENTS) and its route dependency."""
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+import redis.asyncio as aioredis
+from fastapi import Depends, FastAPI, Request
+
+from service.corpus.corpus import Corpus
+from service.corpus.store import DocumentStore
+from service.dependencies import Services
+from service.errors import NotReadyError
+from service.redis_keys import RedisKeys
+
+# Longer than the follower's XREAD BLOCK, short enough that a hung Redis fails a request.
+_SOCKET_TIMEOUT_S = 10.0
+
+
+@asynccontextmanager
+async def corpus_component(app: FastAPI, services: Services) -> AsyncIterator[None]:
+    """Connect to Redis, load the corpus in the background, follow its change log."""
+    settings = services.settings
+    client = aioredis.Redis.from_url(
+        settings.redis_url,
+        decode_responses=True,
+        socket_connect_timeout=5,
+        socket_timeout=_SOCKET_TIMEOUT_S,
+        health_check_interval=30,
+    )
+    store = DocumentStore(client, RedisKeys(settings.redis_prefix))
+    corpus = Corpus(settings, store, services.holder, services.batcher)
+    app.state.corpus = corpus
+    services.readiness.append(corpus.not_ready_reason)
+    task = asyncio.create_task(corpus.run(), name="corpus")
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.aclose()
+        corpus.close()
+
+
+def get_corpus(request: Request) -> Corpus:
+    corpus = getattr(request.app.state, "corpus", None)
+    if corpus is None:
+        raise NotReadyError("the document store is not configured in this app")
+    return corpus
+
+
+CorpusDep = Annotated[Corpus, Depends(get_corpus)]

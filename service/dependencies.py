@@ -1,0 +1,62 @@
+"""What route handlers receive: the app's shared services and the engine a request uses.
+
+Import these `Annotated` aliases in any router: `engine: EngineDep` takes `holder.current`
+once, records its version for the X-Model-Version header, and is a 503 until a model is live.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from service.batching import Batcher
+from service.engine import Engine, EngineHolder
+from service.errors import NotReadyError
+from service.limits import Limits
+from service.metrics import SCOPE_MODEL_VERSION, Metrics
+from service.settings import Settings
+
+ReadinessCheck = Callable[[], str | None]
+
+
+@dataclass
+class Services:
+    """Everything one app instance shares; lives on `app.state.services`."""
+
+    settings: Settings
+    limits: Limits
+    holder: EngineHolder
+    metrics: Metrics
+    batcher: Batcher
+    # Components that must be loaded before /ready says so: each returns None when ready,
+    # else why not (the engine itself is checked by the engine dependency).
+    readiness: list[ReadinessCheck] = field(default_factory=list)
+
+
+def get_services(request: Request) -> Services:
+    return request.app.state.services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+
+def get_settings_dep(services: ServicesDep) -> Settings:
+    return services.settings
+
+
+def get_batcher(services: ServicesDep) -> Batcher:
+    return services.batcher
+
+
+def current_engine(request: Request, services: ServicesDep) -> Engine:
+    engine = services.holder.current
+    if engine is None:
+        raise NotReadyError(services.holder.load_error or NotReadyError().message)
+    request.scope[SCOPE_MODEL_VERSION] = engine.version
+    return engine
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+BatcherDep = Annotated[Batcher, Depends(get_batcher)]
+EngineDep = Annotated[Engine, Depends(current_engine)]

@@ -1,0 +1,291 @@
+"""/admin: retrain jobs and model versions, behind the admin token (not the API key).
+
+POST /admin/retrain, GET /admin/jobs, GET and DELETE /admin/jobs/{id}, GET /admin/models,
+POST /admin/models/{version}/activate. Without RANKSERVE_ADMIN_TOKEN every route is a 403;
+with it, a request without the token is a 401. Handlers are plain functions: FastAPI runs
+them in its thread pool, where RQ's synchronous Redis calls belong.
+"""
+
+import hmac
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
+
+from models.registry import BundleError, BundleNotFoundError, InvalidVersionError
+from service.dependencies import SettingsDep
+from service.errors import (
+    ConflictError,
+    ForbiddenError,
+    InvalidRequestError,
+    NotFoundError,
+    NotReadyError,
+    StoreUnavailableError,
+    UnauthorizedError,
+    error_responses,
+)
+from service.limits import StrictJSONRoute
+from service.settings import Settings
+from service.swap import Operations
+from service.versions import activate, active_version, history
+from worker.queue import (
+    JobEndedError,
+    JobNotFoundError,
+    RetrainRequest,
+    RetrainRequestError,
+    cancel,
+    describe,
+    fetch,
+    list_jobs,
+    parse_request,
+    reap_abandoned,
+    submit,
+)
+
+admin_scheme = HTTPBearer(auto_error=False, description="RANKSERVE_ADMIN_TOKEN")
+JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+def require_admin(
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(admin_scheme)],
+) -> None:
+    if settings.admin_token is None:
+        raise ForbiddenError("the admin API is disabled: set RANKSERVE_ADMIN_TOKEN to enable it")
+    expected = settings.admin_token.get_secret_value().encode()
+    given = credentials.credentials.encode() if credentials is not None else b""
+    # compare_digest's time depends only on the length of `given`, never on where they differ.
+    if credentials is None or not hmac.compare_digest(given, expected):
+        raise UnauthorizedError("a valid admin token is required (Authorization: Bearer)")
+
+
+def get_operations(request: Request) -> Operations:
+    operations = getattr(request.app.state, "operations", None)
+    if operations is None:
+        raise NotReadyError("the admin API is not configured in this app")
+    return operations
+
+
+OperationsDep = Annotated[Operations, Depends(get_operations)]
+JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="as returned by /admin/retrain")]
+
+
+class RetrainBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    method: str = Field(description="simcse, rankencoder, rankcse-listnet, rankcse-listmle, mnrl")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="TrainConfig overrides of the CPU recipe"
+    )
+    force: bool = Field(default=False, description="promote even if the dev metric is lower")
+    teachers: list[str] = Field(
+        default_factory=list, description="installed teacher names; 'default' = packaged MiniLM"
+    )
+
+
+class RetrainAccepted(BaseModel):
+    job_id: str
+    status: str
+
+
+class JobView(BaseModel):
+    id: str
+    status: str  # RQ's: queued, started, finished, failed, stopped, canceled, scheduled
+    method: str | None
+    force: bool
+    params: dict[str, Any]
+    teachers: list[str]
+    enqueued_at: str | None
+    started_at: str | None
+    ended_at: str | None
+    retries_left: int | None
+    worker: str | None
+    progress: dict[str, Any]  # phase, step, total, percent, loss, eta_s, elapsed_s, pid
+    result: dict[str, Any] | None  # version, promoted, gate, dev metrics
+    error: str | None
+
+
+class JobList(BaseModel):
+    jobs: list[JobView]
+
+
+class CancelResponse(BaseModel):
+    id: str
+    status: str
+
+
+class ModelVersion(BaseModel):
+    version: str
+    created_at: str
+    method: str | None
+    parent: str | None
+    name: str
+    dim: int
+    corpus_revision: int | None
+    metrics: dict[str, Any]
+    active: bool
+    refused: dict[str, Any] | None  # the last refusal a replica reported, if any
+
+
+class ModelsResponse(BaseModel):
+    active: str | None  # None: the settings checkpoint, no bundle activated yet
+    serving: str | None  # what this replica serves
+    versions: list[ModelVersion]  # oldest first
+    replicas: dict[str, dict[str, Any]]  # replica id -> what it last reported
+    history: list[dict[str, Any]]  # activations, newest first
+
+
+class ActivateResponse(BaseModel):
+    active: str
+    previous: str | None
+
+
+def _redis_down(error: RedisError) -> StoreUnavailableError:
+    return StoreUnavailableError(f"Redis is unavailable: {error}")
+
+
+def build_router(settings: Settings) -> APIRouter:
+    router = APIRouter(
+        prefix="/admin",
+        tags=["admin"],
+        route_class=StrictJSONRoute,
+        dependencies=[Depends(require_admin)],
+        responses=error_responses(UnauthorizedError, ForbiddenError, StoreUnavailableError),
+    )
+
+    @router.post(
+        "/retrain",
+        status_code=202,
+        response_model=RetrainAccepted,
+        responses=error_responses(InvalidRequestError),
+    )
+    def retrain(body: RetrainBody, ops: OperationsDep) -> RetrainAccepted:
+        """Queue a retrain job; the worker trains, gates, bundles and (maybe) promotes."""
+        try:
+            parse_request(body.method, body.params, body.teachers, ops.settings)
+        except RetrainRequestError as error:
+            raise InvalidRequestError(str(error)) from None
+        request = RetrainRequest(body.method, body.params, body.force, body.teachers)
+        try:
+            job = submit(ops.queue, request, ops.settings)
+        except RedisError as error:
+            raise _redis_down(error) from None
+        return RetrainAccepted(job_id=job.id, status="queued")
+
+    @router.get("/jobs", response_model=JobList)
+    def jobs(ops: OperationsDep) -> JobList:
+        """Every job RQ still remembers, newest first."""
+        try:
+            reap_abandoned(ops.queue)
+            return JobList(jobs=[JobView(**describe(job)) for job in list_jobs(ops.queue)])
+        except RedisError as error:
+            raise _redis_down(error) from None
+
+    @router.get("/jobs/{job_id}", response_model=JobView, responses=error_responses(NotFoundError))
+    def job(job_id: JobId, ops: OperationsDep) -> JobView:
+        """Status, progress, result (version, gate, metrics) or error of one job."""
+        try:
+            reap_abandoned(ops.queue)
+            return JobView(**describe(fetch(ops.queue, job_id)))
+        except JobNotFoundError:
+            raise NotFoundError(f"no job {job_id}") from None
+        except RedisError as error:
+            raise _redis_down(error) from None
+
+    @router.delete(
+        "/jobs/{job_id}",
+        response_model=CancelResponse,
+        responses=error_responses(NotFoundError, ConflictError),
+    )
+    def cancel_job(job_id: JobId, ops: OperationsDep) -> CancelResponse:
+        """Cancel a queued job, or stop a running one (its work horse is killed)."""
+        try:
+            status = cancel(ops.queue, fetch(ops.queue, job_id))
+        except JobNotFoundError:
+            raise NotFoundError(f"no job {job_id}") from None
+        except JobEndedError as error:
+            raise ConflictError(str(error)) from None
+        except RedisError as error:
+            raise _redis_down(error) from None
+        return CancelResponse(id=job_id, status=status.value)
+
+    @router.get("/models", response_model=ModelsResponse)
+    def models(ops: OperationsDep) -> ModelsResponse:
+        """Every bundle with its metrics, which one is active, what each replica serves."""
+        try:
+            active = active_version(ops.redis, ops.keys)
+            refusals = {
+                name.decode(): json.loads(value)
+                for name, value in ops.redis.hgetall(ops.keys.refused_bundles).items()
+            }
+            replicas = {}
+            for key in ops.redis.scan_iter(match=ops.keys.replica_pattern, count=100):
+                value = ops.redis.get(key)
+                if value is not None:
+                    replica = key.decode().removeprefix(ops.keys.replica(""))
+                    replicas[replica] = json.loads(value)
+            activations = history(ops.redis, ops.keys)
+        except RedisError as error:
+            raise _redis_down(error) from None
+        versions = []
+        for version in ops.store.versions():
+            try:
+                manifest = ops.store.manifest(version)
+            except BundleError:
+                continue
+            versions.append(
+                ModelVersion(
+                    version=version,
+                    created_at=manifest.created_at,
+                    method=manifest.method,
+                    parent=manifest.parent,
+                    name=manifest.encoder.name,
+                    dim=manifest.encoder.dim,
+                    corpus_revision=manifest.corpus.revision if manifest.corpus else None,
+                    metrics=manifest.metrics,
+                    active=version == active,
+                    refused=refusals.get(version),
+                )
+            )
+        return ModelsResponse(
+            active=active,
+            serving=ops.swap.serving,
+            versions=versions,
+            replicas=replicas,
+            history=activations,
+        )
+
+    @router.post(
+        "/models/{version:path}/activate",
+        response_model=ActivateResponse,
+        responses=error_responses(InvalidRequestError, NotFoundError, ConflictError),
+    )
+    def activate_version(version: str, ops: OperationsDep) -> ActivateResponse:
+        """Roll back or forward: verify the bundle's checksums, then make it the active one.
+
+        `version` is matched as a path so that names with slashes reach the validation (and
+        its 422) instead of falling through to a 404.
+        """
+        try:
+            ops.store.path_for(version)
+        except InvalidVersionError as error:
+            raise InvalidRequestError(str(error)) from None
+        try:
+            ops.store.verify(version)
+        except BundleNotFoundError:
+            raise NotFoundError(f"no bundle named {version!r}") from None
+        except BundleError as error:
+            raise ConflictError(f"bundle {version!r} is unusable: {error}") from None
+        try:
+            # An operator re-activating a version asks every replica to try it afresh.
+            ops.redis.hdel(ops.keys.refused_bundles, version)
+            previous = active_version(ops.redis, ops.keys)
+            activate(ops.redis, ops.keys, version, reason="activated through the admin API")
+        except RedisError as error:
+            raise _redis_down(error) from None
+        return ActivateResponse(active=version, previous=previous)
+
+    return router

@@ -1,0 +1,120 @@
+"""The Document API: upsert, read, list and delete documents of the search corpus.
+
+Writes are acknowledged once Redis has executed them (the corpus's source of truth), and
+after this replica's index has applied them, so a search right after a write sees it.
+"""
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from service.corpus.lifespan import CorpusDep
+from service.corpus.schemas import (
+    ID_PATTERN,
+    DeleteResponse,
+    DocumentLimits,
+    DocumentOut,
+    DocumentPage,
+    UpsertResponse,
+    document_models,
+)
+from service.corpus.store import NewDocument, StoredDocument
+from service.dependencies import EngineDep
+from service.errors import (
+    ENCODING_ROUTE_ERRORS,
+    InvalidRequestError,
+    NotFoundError,
+    NotReadyError,
+    StoreUnavailableError,
+    error_responses,
+)
+from service.limits import StrictJSONRoute
+from service.settings import Settings
+
+MAX_PAGE = 1000
+
+PathId = Annotated[str, Path(pattern=ID_PATTERN, description="The document id")]
+
+
+def document_out(doc: StoredDocument) -> DocumentOut:
+    return DocumentOut(id=doc.id, text=doc.text, metadata=doc.metadata, revision=doc.revision)
+
+
+def build_router(settings: Settings) -> APIRouter:
+    models = document_models(DocumentLimits.from_settings(settings))
+    router = APIRouter(tags=["documents"], route_class=StrictJSONRoute)
+    store_errors = error_responses(InvalidRequestError, NotReadyError, StoreUnavailableError)
+
+    @router.post(
+        "/documents",
+        response_model=UpsertResponse,
+        responses={**ENCODING_ROUTE_ERRORS, **store_errors},
+    )
+    async def upsert_documents(
+        body: models.upsert, engine: EngineDep, corpus: CorpusDep
+    ) -> UpsertResponse:
+        """Insert or replace documents (an id is generated where none is given)."""
+        documents = [
+            NewDocument(doc.id or uuid.uuid4().hex, doc.text, doc.metadata)
+            for doc in body.documents
+        ]
+        revision = await corpus.upsert(engine, documents)
+        return UpsertResponse(ids=[doc.id for doc in documents], revision=revision)
+
+    @router.get(
+        "/documents",
+        response_model=DocumentPage,
+        responses=store_errors,
+    )
+    async def list_documents(
+        corpus: CorpusDep,
+        cursor: Annotated[
+            str | None,
+            Query(pattern=ID_PATTERN, description="`next_cursor` of the previous page"),
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+    ) -> DocumentPage:
+        """Documents in id order, a page at a time."""
+        documents, next_cursor = await corpus.store.list_page(cursor, limit)
+        return DocumentPage(
+            documents=[document_out(doc) for doc in documents], next_cursor=next_cursor
+        )
+
+    @router.get(
+        "/documents/{doc_id}",
+        response_model=DocumentOut,
+        responses=error_responses(NotFoundError, InvalidRequestError, StoreUnavailableError),
+    )
+    async def get_document(doc_id: PathId, corpus: CorpusDep) -> DocumentOut:
+        doc = await corpus.store.get(doc_id)
+        if doc is None:
+            raise NotFoundError(f"no document with id {doc_id!r}")
+        return document_out(doc)
+
+    @router.delete(
+        "/documents/{doc_id}",
+        response_model=DeleteResponse,
+        responses=error_responses(NotFoundError, InvalidRequestError, StoreUnavailableError),
+    )
+    async def delete_document(doc_id: PathId, corpus: CorpusDep) -> DeleteResponse:
+        (existed,), revision = await corpus.delete([doc_id])
+        if not existed:
+            raise NotFoundError(f"no document with id {doc_id!r}")
+        return DeleteResponse(deleted=[doc_id], not_found=[], revision=revision)
+
+    @router.post(
+        "/documents/delete",
+        response_model=DeleteResponse,
+        responses=store_errors,
+    )
+    async def delete_documents(body: models.delete, corpus: CorpusDep) -> DeleteResponse:
+        """Delete several documents; ids that do not exist are listed, not an error."""
+        existed, revision = await corpus.delete(body.ids)
+        return DeleteResponse(
+            deleted=[i for i, hit in zip(body.ids, existed, strict=True) if hit],
+            not_found=[i for i, hit in zip(body.ids, existed, strict=True) if not hit],
+            revision=revision,
+        )
+
+    return router

@@ -1,0 +1,31 @@
+"""POST /encode: unit embeddings of a list of texts."""
+
+from fastapi import APIRouter
+
+from service.dependencies import BatcherDep, EngineDep
+from service.errors import ENCODING_ROUTE_ERRORS
+from service.limits import Limits, StrictJSONRoute
+from service.schemas import EncodeResponse, request_models
+from service.settings import Settings
+
+
+def build_router(settings: Settings) -> APIRouter:
+    models = request_models(Limits.from_settings(settings))
+    router = APIRouter(tags=["encode"], route_class=StrictJSONRoute)
+
+    @router.post(
+        "/encode",
+        response_model=EncodeResponse,
+        responses=ENCODING_ROUTE_ERRORS,
+    )
+    async def encode(body: models.encode, engine: EngineDep, batcher: BatcherDep) -> EncodeResponse:
+        """L2-normalised embeddings, in the order of `texts`; too-long texts are truncated."""
+        encoded = await batcher.encode(engine, body.texts)
+        return EncodeResponse(
+            embeddings=encoded.embeddings.tolist(),
+            dim=engine.dim,
+            model_version=engine.version,
+            truncated=encoded.truncated,
+        )
+
+    return router

@@ -1,0 +1,52 @@
+"""GET /health (alive), /ready (model and anchors loaded), /info (model and limits)."""
+
+from fastapi import APIRouter
+
+from service.dependencies import EngineDep, ServicesDep
+from service.errors import NotReadyError, error_responses
+from service.schemas import HealthResponse, InfoResponse, LimitsInfo, ReadyResponse
+from service.settings import Settings
+
+
+def build_router(settings: Settings) -> APIRouter:
+    router = APIRouter(tags=["health"])
+
+    @router.get("/health", response_model=HealthResponse)
+    async def health() -> HealthResponse:
+        """Answers as soon as the process serves HTTP, model loaded or not."""
+        return HealthResponse()
+
+    @router.get("/ready", response_model=ReadyResponse, responses=error_responses(NotReadyError))
+    async def ready(engine: EngineDep, services: ServicesDep) -> ReadyResponse:
+        """200 once the model, the anchors and every registered component are loaded."""
+        waiting = [reason for check in services.readiness if (reason := check()) is not None]
+        if waiting:
+            raise NotReadyError("; ".join(waiting))
+        return ReadyResponse(model_version=engine.version)
+
+    @router.get("/info", response_model=InfoResponse, responses=error_responses(NotReadyError))
+    async def info(engine: EngineDep, services: ServicesDep) -> InfoResponse:
+        """The live model and every request limit, so clients can size their batches."""
+        limits, current = services.limits, services.settings
+        return InfoResponse(
+            model_name=engine.name,
+            model_version=engine.version,
+            dim=engine.dim,
+            device=str(engine.anchors.device),
+            anchor_count=engine.anchors.count,
+            lambda_inf=current.lambda_inf,
+            limits=LimitsInfo(
+                max_texts_per_request=limits.max_texts_per_request,
+                max_text_chars=limits.max_text_chars,
+                max_body_bytes=limits.max_body_bytes,
+                max_tokens_per_text=engine.max_tokens,
+                max_similarity_pairs=limits.max_similarity_pairs,
+                max_similarity_targets=limits.max_similarity_targets,
+                queue_capacity_texts=current.queue_capacity,
+                max_batch_size=current.encode_batch_size,
+                max_batch_tokens=current.max_batch_tokens,
+                batch_wait_ms=current.batch_wait_ms,
+            ),
+        )
+
+    return router

@@ -1,0 +1,22 @@
+"""GET /metrics: Prometheus exposition of this process's registry."""
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service.dependencies import ServicesDep
+from service.settings import Settings
+
+
+def build_router(settings: Settings) -> APIRouter:
+    router = APIRouter(tags=["health"])
+
+    @router.get(
+        "/metrics",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    )
+    async def metrics(services: ServicesDep) -> Response:
+        """Requests and latency per route and status, batch sizes, queue wait, model version."""
+        return Response(generate_latest(services.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return router

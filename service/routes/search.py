@@ -1,0 +1,69 @@
+"""POST /search: faiss candidates from the corpus, ordered by RankEncoder's Eq. 7."""
+
+from fastapi import APIRouter
+
+from service.corpus.lifespan import CorpusDep
+from service.corpus.schemas import (
+    DocumentLimits,
+    SearchHit,
+    SearchResponse,
+    document_models,
+)
+from service.dependencies import BatcherDep, EngineDep, SettingsDep
+from service.errors import ENCODING_ROUTE_ERRORS, StoreUnavailableError, error_responses
+from service.limits import StrictJSONRoute
+from service.settings import Settings
+
+
+def build_router(settings: Settings) -> APIRouter:
+    models = document_models(DocumentLimits.from_settings(settings))
+    router = APIRouter(tags=["search"], route_class=StrictJSONRoute)
+
+    @router.post(
+        "/search",
+        response_model=SearchResponse,
+        responses={**ENCODING_ROUTE_ERRORS, **error_responses(StoreUnavailableError)},
+    )
+    async def search(
+        body: models.search,
+        engine: EngineDep,
+        batcher: BatcherDep,
+        corpus: CorpusDep,
+        settings: SettingsDep,
+    ) -> SearchResponse:
+        """The top_k documents by lambda * z_q.z_d + (1 - lambda) * cos among the candidates.
+
+        `filter` keeps documents whose metadata equals every given value; it applies before
+        the cut to top_k, so up to top_k matching documents are returned.
+        """
+        state = corpus.ready_state(engine)
+        revision = corpus.applied_revision
+        encoded = await batcher.encode(engine, [body.query])
+        lambda_inf = settings.lambda_inf if body.lambda_ is None else body.lambda_
+        hits = await corpus.search(
+            engine,
+            state,
+            encoded.embeddings[0],
+            top_k=body.top_k,
+            candidates=body.candidates,
+            lambda_inf=lambda_inf,
+            where=body.filter,
+        )
+        return SearchResponse(
+            hits=[
+                SearchHit(
+                    id=hit.document.id,
+                    text=hit.document.text,
+                    metadata=hit.document.metadata,
+                    score=hit.score,
+                    cosine=hit.cosine,
+                    rank=hit.rank,
+                )
+                for hit in hits
+            ],
+            lambda_=lambda_inf,
+            model_version=engine.version,
+            revision=revision,
+        )
+
+    return router

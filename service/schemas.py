@@ -1,0 +1,181 @@
+"""Request and response bodies.
+
+Request models carry the limits in their JSON schema (maxItems, maxLength), so the OpenAPI
+document tells clients (and schemathesis) exactly what is accepted. Limits come from the
+settings, so request models are built per `Limits` by `request_models` (cached).
+"""
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+from service.limits import Limits
+
+
+class _Request(BaseModel):
+    # A misspelt field is an error, not a silently ignored option.
+    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True)
+
+
+LambdaField = Annotated[
+    float | None,
+    Field(
+        alias="lambda",
+        ge=0.0,
+        le=1.0,
+        allow_inf_nan=False,
+        description="Eq. 7 weight of the rank similarity; default: the server's lambda_inf",
+    ),
+]
+
+
+def _input_shape(value: Any) -> str:
+    return "one-text" if isinstance(value, str) else "text-list"
+
+
+def _similarity_form(value: Any) -> str:
+    return "pairs-form" if isinstance(value, dict) and "pairs" in value else "source-form"
+
+
+@dataclass(frozen=True)
+class RequestModels:
+    encode: type[_Request]
+    similarity_pairs: type[_Request]
+    similarity_targets: type[_Request]
+    # Either similarity model, chosen by the body's shape so errors speak of that form only.
+    similarity: Any
+    embeddings: type[_Request]
+
+
+@cache
+def request_models(limits: Limits) -> RequestModels:
+    """The request bodies under these limits: one set per distinct `Limits`."""
+    text_type = Annotated[str, Field(max_length=limits.max_text_chars)]
+    texts_type = Annotated[
+        list[text_type], Field(min_length=1, max_length=limits.max_texts_per_request)
+    ]
+    pairs_type = Annotated[
+        list[tuple[text_type, text_type]],
+        Field(min_length=1, max_length=limits.max_similarity_pairs),
+    ]
+    targets_type = Annotated[
+        list[text_type], Field(min_length=1, max_length=limits.max_similarity_targets)
+    ]
+
+    class EncodeRequest(_Request):
+        texts: texts_type
+        normalize: Literal[True] = Field(
+            default=True,
+            description="Embeddings are always unit vectors: rank vectors and Eq. 7 need them",
+        )
+
+    class SimilarityPairsRequest(_Request):
+        pairs: pairs_type
+        lambda_: LambdaField = None
+
+    class SimilarityTargetsRequest(_Request):
+        source: text_type
+        targets: targets_type
+        lambda_: LambdaField = None
+
+    class EmbeddingsRequest(_Request):
+        """OpenAI's embeddings request; token-id inputs and `dimensions` are not supported."""
+
+        # Validated as the shape the caller sent, so errors are not doubled by the other branch.
+        input: Annotated[
+            Annotated[text_type, Tag("one-text")] | Annotated[texts_type, Tag("text-list")],
+            Discriminator(_input_shape),
+        ]
+        model: Annotated[str | None, Field(max_length=256)] = None
+        encoding_format: Literal["float", "base64"] = "float"
+        user: Annotated[str | None, Field(max_length=256)] = None
+
+    return RequestModels(
+        encode=EncodeRequest,
+        similarity_pairs=SimilarityPairsRequest,
+        similarity_targets=SimilarityTargetsRequest,
+        similarity=Annotated[
+            Annotated[SimilarityPairsRequest, Tag("pairs-form")]
+            | Annotated[SimilarityTargetsRequest, Tag("source-form")],
+            Discriminator(_similarity_form),
+        ],
+        embeddings=EmbeddingsRequest,
+    )
+
+
+class EncodeResponse(BaseModel):
+    embeddings: list[list[float]]
+    dim: int
+    model_version: str
+    truncated: list[bool] = Field(
+        description="Per text: it had more tokens than the model reads, the rest were cut"
+    )
+
+
+class SimilarityScore(BaseModel):
+    score: float = Field(description="Eq. 7: lambda * rank + (1 - lambda) * cosine")
+    cosine: float
+    rank: float = Field(description="Spearman correlation of the two anchor-rank profiles")
+    truncated: bool
+
+
+class SimilarityResponse(BaseModel):
+    model_config = ConfigDict(serialize_by_alias=True, validate_by_name=True)
+
+    scores: list[SimilarityScore]
+    lambda_: float = Field(alias="lambda")
+    model_version: str
+
+
+class EmbeddingItem(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str = Field(description="floats, or base64 little-endian float32")
+    truncated: bool
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingItem]
+    model: str
+    usage: Usage
+    model_version: str
+
+
+class HealthResponse(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class ReadyResponse(BaseModel):
+    status: Literal["ready"] = "ready"
+    model_version: str
+
+
+class LimitsInfo(BaseModel):
+    max_texts_per_request: int
+    max_text_chars: int
+    max_body_bytes: int
+    max_tokens_per_text: int = Field(description="Tokens past this are truncated")
+    max_similarity_pairs: int
+    max_similarity_targets: int
+    queue_capacity_texts: int
+    max_batch_size: int
+    max_batch_tokens: int
+    batch_wait_ms: float
+
+
+class InfoResponse(BaseModel):
+    model_name: str
+    model_version: str
+    dim: int
+    device: str
+    anchor_count: int
+    lambda_inf: float
+    limits: LimitsInfo

@@ -1,0 +1,118 @@
+"""Helpers for the document and search tests: a private redis-server and corpus servers."""
+
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import redis
+
+from service.engine import Engine
+from tests.service.conftest import (
+    AUTH,
+    TEST_REDIS_PREFIX,
+    Server,
+    fixed_engine,
+    make_settings,
+    serve,
+)
+
+
+def fresh_prefix() -> str:
+    """Redis keys of their own for servers that share them; deleted with the session's."""
+    return f"{TEST_REDIS_PREFIX}-{uuid.uuid4().hex[:8]}"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class PrivateRedis:
+    """`redis-server --appendonly yes` on a free port with its data in `directory`."""
+
+    directory: Path
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary is not None, "redis-server is required by this test"
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+             "--appendonly", "yes", "--save", "", "--daemonize", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                if client.ping():
+                    break
+            except redis.RedisError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hook runs, only what is already in the append-only file stays."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+@contextmanager
+def private_redis(directory: Path) -> Iterator[PrivateRedis]:
+    server = PrivateRedis(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextmanager
+def corpus_server(engine: Engine, var_dir: Path, **overrides: Any) -> Iterator[Server]:
+    """A real uvicorn app on the session engine; waits until its corpus is loaded."""
+    with serve(make_settings(var_dir, **overrides), loader=fixed_engine(engine)) as running:
+        running.wait_ready(timeout=120)
+        yield running
+
+
+def api(server: Server) -> httpx.Client:
+    return server.client(headers=AUTH)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not met in time")
+        time.sleep(0.05)
+
+
+def search_ids(client: httpx.Client, query: str, **body: Any) -> list[str]:
+    response = client.post("/search", json={"query": query, **body})
+    assert response.status_code == 200, response.text
+    return [hit["id"] for hit in response.json()["hits"]]

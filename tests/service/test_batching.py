@@ -1,0 +1,138 @@
+"""Dynamic batching: coalescing, results routed back, bounded queue, engine per request.
+
+The worker thread is held busy by a job that waits on an event, so what queues meanwhile is
+decided by the test, not by timing; the metrics then show how the queue was cut into batches.
+"""
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+
+import httpx
+import pytest
+import torch
+
+from models.encoder import Encoder
+from service.batching import forward_slices
+from service.engine import Engine
+from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
+
+
+@contextmanager
+def busy_worker(server: Server) -> Iterator[None]:
+    """Occupies the encoder thread until the block exits."""
+    release = threading.Event()
+    asyncio.run_coroutine_threadsafe(server.services.batcher.run(release.wait, 60), server.loop)
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def post(server: Server, path: str, payload: dict) -> httpx.Response:
+    with server.client(headers=AUTH) as http:
+        return http.post(path, json=payload)
+
+
+@pytest.fixture
+def quick_server(tmp_path, engine: Engine, request: pytest.FixtureRequest) -> Iterator[Server]:
+    overrides = getattr(request, "param", {})
+    with serve(make_settings(tmp_path, **overrides), fixed_engine(engine)) as running:
+        running.wait_ready()
+        yield running
+
+
+def test_forward_slices_sort_by_length_and_keep_both_budgets():
+    counts = [5, 300, 1, 40, 40, 7, 2, 90, 12, 3]
+    slices = forward_slices(counts, max_tokens=256, max_batch_size=3, max_batch_tokens=100)
+    flat = [i for piece in slices for i in piece]
+    assert sorted(flat) == list(range(len(counts)))
+    assert [counts[i] for i in flat] == sorted(counts)
+    for piece in slices:
+        assert len(piece) <= 3
+        padded = len(piece) * max(min(counts[i], 256) for i in piece)
+        assert padded <= 100 or len(piece) == 1  # one text over the budget still runs alone
+
+
+def test_concurrent_requests_share_a_batch_and_get_their_own_vectors(
+    quick_server: Server, encoder: Encoder
+):
+    texts = [f"Sentence {i}: the river {'flows ' * i}into the sea." for i in range(9)]
+    batches = quick_server.metric("rankserve_batch_size_count")
+    batched_texts = quick_server.metric("rankserve_batch_size_sum")
+    with ThreadPoolExecutor(max_workers=len(texts)) as pool, busy_worker(quick_server):
+        first = pool.submit(post, quick_server, "/encode", {"texts": texts[:1]})
+        quick_server.wait_metric("rankserve_batch_size_count", batches + 1)
+        rest = [pool.submit(post, quick_server, "/encode", {"texts": [t]}) for t in texts[1:]]
+        quick_server.wait_metric("rankserve_queue_texts", len(texts) - 1)
+    responses = [first.result(), *(f.result() for f in rest)]
+    # The eight requests that queued behind the busy worker went through in one batch.
+    assert quick_server.metric("rankserve_batch_size_count") == batches + 2
+    assert quick_server.metric("rankserve_batch_size_sum") == batched_texts + len(texts)
+    served = torch.tensor([r.json()["embeddings"][0] for r in responses])  # (9, dim)
+    alone = torch.cat([encoder.encode([t]).cpu() for t in texts])  # (9, dim)
+    assert torch.allclose(served, alone, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "quick_server", [{"encode_batch_size": 4, "max_batch_tokens": 64}], indirect=True
+)
+def test_a_request_larger_than_a_forward_pass_is_split_and_reassembled(
+    quick_server: Server, encoder: Encoder
+):
+    texts = [("word " * (i * 7 % 23)).strip() or "empty" for i in range(21)]
+    response = post(quick_server, "/encode", {"texts": texts})
+    served = torch.tensor(response.json()["embeddings"])  # (21, dim)
+    alone = torch.cat([encoder.encode([t]).cpu() for t in texts])  # (21, dim)
+    assert torch.allclose(served, alone, atol=1e-5)
+
+
+@pytest.mark.parametrize("quick_server", [{"queue_capacity": 4}], indirect=True)
+def test_a_full_queue_answers_429_with_retry_after(quick_server: Server):
+    batches = quick_server.metric("rankserve_batch_size_count")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        with busy_worker(quick_server):
+            in_worker = pool.submit(post, quick_server, "/encode", {"texts": ["a", "b", "c"]})
+            quick_server.wait_metric("rankserve_batch_size_count", batches + 1)
+            queued = pool.submit(post, quick_server, "/encode", {"texts": ["d", "e", "f"]})
+            quick_server.wait_metric("rankserve_queue_texts", 3)
+            refused = post(quick_server, "/encode", {"texts": ["g", "h"]})
+        assert refused.status_code == 429
+        assert refused.headers["Retry-After"] == "1"
+        assert refused.json()["error"] == {
+            "message": "the encoder queue is full; retry later",
+            "type": "overloaded",
+            "code": 429,
+        }
+        assert in_worker.result().status_code == 200
+        assert queued.result().status_code == 200
+    assert quick_server.metric("rankserve_rejected_overload_total") == 1
+
+
+def test_requests_finish_on_the_engine_they_started_with(quick_server: Server, engine: Engine):
+    swapped = dataclasses.replace(engine, version="swapped-v2")
+    holder = quick_server.services.holder
+    batches = quick_server.metric("rankserve_batch_size_count")
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        with busy_worker(quick_server):
+            running = pool.submit(post, quick_server, "/encode", {"texts": ["one"]})
+            quick_server.wait_metric("rankserve_batch_size_count", batches + 1)
+            queued: Future = pool.submit(post, quick_server, "/encode", {"texts": ["two"]})
+            quick_server.wait_metric("rankserve_queue_texts", 1)
+            quick_server.loop.call_soon_threadsafe(holder.swap, swapped)
+            while holder.current is not swapped:
+                threading.Event().wait(0.01)
+            after = pool.submit(post, quick_server, "/encode", {"texts": ["three"]})
+            quick_server.wait_metric("rankserve_queue_texts", 2)
+        for response, version in (
+            (running.result(), engine.version),
+            (queued.result(), engine.version),
+            (after.result(), "swapped-v2"),
+        ):
+            assert response.json()["model_version"] == version
+            assert response.headers["X-Model-Version"] == version
+    # The queued request and the one after the swap never share a batch: different engines.
+    assert quick_server.metric("rankserve_batch_size_count") == batches + 3

@@ -1,0 +1,113 @@
+"""The worker process: progress, cancellation, bounded SIGTERM shutdown, death by SIGKILL."""
+
+import signal
+import time
+
+import pytest
+from redis import Redis
+from rq.job import JobStatus
+from rq.registry import StartedJobRegistry
+
+from tests.worker.conftest import LONG_PARAMS, OpsEnv, pid_alive, wait_for
+from worker.queue import (
+    PROGRESS,
+    RetrainRequest,
+    cancel,
+    describe,
+    fetch,
+    reap_abandoned,
+    retrain_queue,
+    submit,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def _training(queue, job_id: str) -> dict:
+    def progress() -> dict | None:
+        state = fetch(queue, job_id).get_meta(refresh=True).get(PROGRESS) or {}
+        return state if state.get("phase") == "training" and state.get("step", 0) >= 1 else None
+
+    return wait_for(progress, 120, f"job {job_id} never started training")
+
+
+def _status(queue, job_id: str) -> JobStatus:
+    return fetch(queue, job_id).get_status(refresh=True)
+
+
+def test_progress_cancel_and_bounded_sigterm(ops_env: OpsEnv):
+    settings = ops_env.settings
+    connection = Redis.from_url(settings.redis_url)
+    queue = retrain_queue(connection, ops_env.keys)
+    request = RetrainRequest(method="simcse", params=LONG_PARAMS, force=False, teachers=[])
+    worker = ops_env.start_worker()
+
+    # Progress is readable from another process while the job trains.
+    first = submit(queue, request, settings)
+    progress = _training(queue, first.id)
+    assert progress["total"] == 8000 and 1 <= progress["step"] <= progress["total"]
+    assert progress["percent"] == pytest.approx(100 * progress["step"] / 8000, abs=0.01)
+    assert progress["loss"] > 0 and progress["eta_s"] > 0
+    view = describe(fetch(queue, first.id))
+    assert (view["status"], view["method"], view["params"]) == ("started", "simcse", LONG_PARAMS)
+
+    # Cancelling a running job kills its work horse; the worker lives on.
+    horse = progress["pid"]
+    assert cancel(queue, fetch(queue, first.id)) == JobStatus.STOPPED
+    wait_for(lambda: _status(queue, first.id) == JobStatus.STOPPED, 30, "job never stopped")
+    wait_for(lambda: not pid_alive(horse), 10, "the cancelled work horse survived")
+    assert describe(fetch(queue, first.id))["error"]
+    assert worker.poll() is None
+
+    # SIGTERM mid-job: the worker waits the 2 s grace, stops the job, requeues it, exits.
+    second = submit(queue, request, settings)
+    horse = _training(queue, second.id)["pid"]
+    signalled = time.monotonic()
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0, ops_env.log("worker")
+    took = time.monotonic() - signalled
+    assert took >= settings.worker_shutdown_grace_s
+    assert not pid_alive(horse)
+    requeued = fetch(queue, second.id)
+    assert requeued.get_status(refresh=True) == JobStatus.QUEUED
+    assert requeued.retries_left == 0
+    assert second.id in queue.get_job_ids()
+
+    # A queued job is cancelled without a worker.
+    assert cancel(queue, requeued) == JobStatus.CANCELED
+    assert _status(queue, second.id) == JobStatus.CANCELED
+    assert second.id not in queue.get_job_ids()
+    connection.close()
+
+
+def test_sigkilled_worker_takes_its_job_down_and_the_job_fails(ops_env: OpsEnv):
+    ops_env.variables["RANKSERVE_JOB_RETRIES"] = "0"
+    settings = ops_env.settings
+    connection = Redis.from_url(settings.redis_url)
+    queue = retrain_queue(connection, ops_env.keys)
+    worker = ops_env.start_worker()
+    job = submit(
+        queue,
+        RetrainRequest(method="simcse", params=LONG_PARAMS, force=False, teachers=[]),
+        settings,
+    )
+    horse = _training(queue, job.id)["pid"]
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+    # PR_SET_PDEATHSIG: the kernel kills the orphaned work horse too, so it cannot go on to
+    # write or promote a bundle unsupervised.
+    wait_for(lambda: not pid_alive(horse), 10, "the work horse outlived its worker")
+    assert _status(queue, job.id) == JobStatus.STARTED  # nobody has noticed yet
+
+    def reaped() -> bool:
+        reap_abandoned(queue)
+        return _status(queue, job.id) != JobStatus.STARTED
+
+    # Heartbeats stop; after three missed ones (3 s here) the job counts as abandoned and,
+    # with no retries left, fails.
+    wait_for(reaped, 30, "the abandoned job stayed started")
+    failed = describe(fetch(queue, job.id))
+    assert failed["status"] == "failed"
+    assert "AbandonedJobError" in failed["error"]
+    assert job.id not in StartedJobRegistry(queue=queue).get_job_ids()
+    connection.close()

@@ -1,0 +1,260 @@
+"""The retrain queue (RQ, JSON-serialised): submit, list, inspect and cancel retrain jobs.
+
+Both sides use it: the admin API to submit and read jobs, the worker to take them. Job
+arguments, progress (`job.meta["progress"]`) and results are JSON, never pickles, so any
+process can read them and no job payload can execute code on load.
+"""
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+from rq import Queue, Retry
+from rq.command import send_stop_job_command
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.registry import (
+    CanceledJobRegistry,
+    FailedJobRegistry,
+    FinishedJobRegistry,
+    StartedJobRegistry,
+)
+from rq.results import Result
+from rq.serializers import JSONSerializer
+
+from models.registry import validate_version
+from models.training.config import Method, TrainConfig
+from service.redis_keys import RedisKeys
+from service.settings import Settings
+
+RETRAIN_FUNCTION = "worker.retrain.run_retrain"
+PROGRESS = "progress"  # job.meta key the job writes and the admin API reads
+
+# Job states after which nothing more happens to a job.
+ENDED = frozenset({JobStatus.FINISHED, JobStatus.FAILED, JobStatus.STOPPED, JobStatus.CANCELED})
+
+
+class JobNotFoundError(LookupError):
+    pass
+
+
+class JobEndedError(RuntimeError):
+    """Cancelling a job that has already finished, failed or been cancelled."""
+
+
+@dataclass(frozen=True)
+class RetrainRequest:
+    method: str
+    params: dict[str, Any]
+    force: bool
+    teachers: list[str]
+
+
+DEFAULT_TEACHER = "default"  # the packaged all-MiniLM-L6-v2
+# Request parameters that name files or devices on the worker: not for remote callers.
+FORBIDDEN_PARAMS = frozenset({"eval_data", "device"})
+
+
+class RetrainRequestError(ValueError):
+    """Bad job parameters: unknown method, invalid config, unknown teacher."""
+
+
+def parse_request(
+    method: str, params: dict[str, Any], teachers: list[str], settings: Settings
+) -> tuple[Method, TrainConfig, list[Path | None]]:
+    """The method, the CPU recipe with `params` on top, and the teacher directories.
+
+    The admin API calls it before enqueueing (a bad request is a 422, not a failed job) and
+    the job again before training.
+    """
+    try:
+        parsed = Method(method)
+    except ValueError:
+        choices = ", ".join(m.value for m in Method)
+        raise RetrainRequestError(f"unknown method {method!r}; one of {choices}") from None
+    forbidden = sorted(FORBIDDEN_PARAMS & set(params))
+    if forbidden:
+        raise RetrainRequestError(f"params {forbidden} are set by the worker's settings")
+    try:
+        config = TrainConfig(**params)
+    except ValueError as error:
+        raise RetrainRequestError(f"invalid params: {error}") from None
+    names = list(teachers) or ([DEFAULT_TEACHER] if parsed.teachers_used[0] > 0 else [])
+    low, high = parsed.teachers_used
+    if not low <= len(names) <= high:
+        raise RetrainRequestError(f"{parsed} takes {low} to {high} teachers, got {len(names)}")
+    paths: list[Path | None] = []
+    for name in names:
+        if name == DEFAULT_TEACHER:
+            paths.append(None)
+            continue
+        try:
+            path = settings.models_dir / validate_version(name)
+        except ValueError:
+            raise RetrainRequestError(f"invalid teacher name {name!r}") from None
+        if not (path / "modules.json").is_file():
+            raise RetrainRequestError(f"teacher {name!r} is not installed in {settings.models_dir}")
+        paths.append(path)
+    return parsed, config, paths
+
+
+def retrain_queue(connection: Redis, keys: RedisKeys) -> Queue:
+    """`connection` must not decode responses: RQ stores compressed bytes in its job hashes."""
+    return Queue(keys.retrain_queue, connection=connection, serializer=JSONSerializer)
+
+
+def submit(queue: Queue, request: RetrainRequest, settings: Settings) -> Job:
+    return queue.enqueue_call(
+        RETRAIN_FUNCTION,
+        kwargs={
+            "method": request.method,
+            "params": request.params,
+            "force": request.force,
+            "teachers": request.teachers,
+        },
+        timeout=settings.job_timeout_s,
+        result_ttl=settings.job_result_ttl_s,
+        failure_ttl=settings.job_result_ttl_s,
+        retry=Retry(max=settings.job_retries) if settings.job_retries else None,
+        description=f"retrain {request.method}{' (forced)' if request.force else ''}",
+        meta={PROGRESS: {"phase": "queued"}},
+    )
+
+
+def reap_abandoned(queue: Queue) -> None:
+    """Retry or fail jobs whose worker stopped sending heartbeats (it died: SIGKILL, OOM, power).
+
+    RQ's StartedJobRegistry holds every running job with an expiry that the worker pushes
+    forward while it lives; `cleanup` hands the expired ones to RQ's abandoned-job handling.
+    Workers run it themselves, but when the only worker is dead someone else must: the admin
+    API calls this before it reports on jobs.
+    """
+    StartedJobRegistry(queue=queue).cleanup()
+
+
+def fetch(queue: Queue, job_id: str) -> Job:
+    try:
+        return Job.fetch(job_id, connection=queue.connection, serializer=queue.serializer)
+    except NoSuchJobError:
+        raise JobNotFoundError(job_id) from None
+
+
+def job_ids(queue: Queue) -> list[str]:
+    """Every job the queue still remembers: queued, running, and ended within their TTL."""
+    ids = list(queue.get_job_ids())
+    for registry_class in (
+        StartedJobRegistry,
+        FinishedJobRegistry,
+        FailedJobRegistry,
+        CanceledJobRegistry,
+    ):
+        ids.extend(registry_class(queue=queue).get_job_ids())
+    return list(dict.fromkeys(ids))
+
+
+def list_jobs(queue: Queue) -> list[Job]:
+    """Newest first."""
+    jobs = [
+        job
+        for job in Job.fetch_many(job_ids(queue), queue.connection, serializer=queue.serializer)
+        if job is not None
+    ]
+    return sorted(jobs, key=lambda job: job.enqueued_at or job.created_at, reverse=True)
+
+
+def cancel(queue: Queue, job: Job) -> JobStatus:
+    """Cancel a waiting job, or stop a running one (its worker kills the work horse)."""
+    status = job.get_status(refresh=True)
+    if status in ENDED:
+        raise JobEndedError(f"job {job.id} has already ended ({status})")
+    if status == JobStatus.STARTED:
+        send_stop_job_command(queue.connection, job.id, serializer=queue.serializer)
+        return JobStatus.STOPPED
+    try:
+        job.cancel()
+    except InvalidJobOperation as error:
+        raise JobEndedError(str(error)) from None
+    return JobStatus.CANCELED
+
+
+def _error(job: Job) -> str | None:
+    result = job.latest_result()
+    if result is None or result.type not in (Result.Type.FAILED, Result.Type.STOPPED):
+        return None
+    lines = [line for line in (result.exc_string or "").strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else str(result.type.name).lower()
+
+
+def _iso(moment: Any) -> str | None:
+    return moment.isoformat() if moment is not None else None
+
+
+def describe(job: Job) -> dict[str, Any]:
+    """The JSON view of a job that GET /admin/jobs returns."""
+    status = job.get_status(refresh=False)
+    kwargs = job.kwargs
+    result = job.return_value() if status == JobStatus.FINISHED else None
+    return {
+        "id": job.id,
+        "status": str(status.value if isinstance(status, JobStatus) else status),
+        "method": kwargs.get("method"),
+        "force": bool(kwargs.get("force")),
+        "params": kwargs.get("params") or {},
+        "teachers": kwargs.get("teachers") or [],
+        "enqueued_at": _iso(job.enqueued_at),
+        "started_at": _iso(job.started_at),
+        "ended_at": _iso(job.ended_at),
+        "retries_left": job.retries_left,
+        "worker": job.worker_name,
+        "progress": job.meta.get(PROGRESS) or {},
+        "result": result,
+        "error": _error(job) if status in (JobStatus.FAILED, JobStatus.STOPPED) else None,
+    }
+
+
+class ProgressReporter:
+    """Writes {phase, step, total, percent, loss, eta_s, elapsed_s, pid} into the job's meta.
+
+    Training steps can be a few milliseconds apart; one Redis write per `min_interval_s` is
+    enough for a progress bar, and the last step of a phase is always written.
+    """
+
+    def __init__(self, job: Job | None, min_interval_s: float = 1.0) -> None:
+        self.job = job
+        self.min_interval_s = min_interval_s
+        self.state: dict[str, Any] = {"phase": "starting"}
+        self._started = time.monotonic()
+        self._phase_started = self._started
+        self._last_write = 0.0
+
+    def phase(self, name: str, **fields: Any) -> None:
+        self._phase_started = time.monotonic()
+        self.state = {"phase": name, **fields}
+        self._write(force=True)
+
+    def step(self, done: int, total: int, loss: float) -> None:
+        elapsed = time.monotonic() - self._phase_started
+        per_step = elapsed / done if done else 0.0
+        self.state = {
+            "phase": "training",
+            "step": done,
+            "total": total,
+            "percent": round(100.0 * done / total, 2) if total else 100.0,
+            "loss": loss if math.isfinite(loss) else None,
+            "eta_s": round(per_step * (total - done), 1),
+        }
+        self._write(force=done >= total)
+
+    def _write(self, *, force: bool) -> None:
+        now = time.monotonic()
+        if self.job is None or (not force and now - self._last_write < self.min_interval_s):
+            return
+        self._last_write = now
+        # The pid is the work horse's: what an operator would signal or look for in `ps`.
+        elapsed = round(now - self._started, 1)
+        self.job.meta[PROGRESS] = self.state | {"elapsed_s": elapsed, "pid": os.getpid()}
+        self.job.save_meta()

@@ -1,0 +1,289 @@
+"""The retrain job: train a student of the active model, gate it on the dev sets, bundle it,
+and promote it when it is at least as good (or when the job says `force`).
+
+It runs in the RQ work horse. Steps and where their output goes:
+1. parent: the active version's bundle, or the settings checkpoint when none is active;
+2. train (models/training) into `var/runs/retrain-<job>` (resumable, so a retried job
+   continues from its last checkpoint), reporting progress into the job's meta;
+3. the trainer evaluates parent and student on the dev sets (STS-B dev, SICK trial) with
+   cosine and Eq. 7; the gate compares the Eq. 7 average ("blend" / PRIMARY_METRIC);
+4. bundle: student weights, its anchor embeddings, its embeddings of every document at the
+   corpus revision read before the scan; the gate's decision and all metrics go into the
+   manifest, promoted or not;
+5. promote: set the active-version key and publish a notice (service/versions.py).
+The first job also bundles the settings checkpoint itself as `base-<checksum>`, so that an
+operator can roll back to where the service started.
+"""
+
+import asyncio
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import redis.asyncio as aioredis
+from redis import Redis
+from rq import get_current_job
+
+from cli.train import DEFAULT_NLI_DATA, DEFAULT_SENTENCE_DATA
+from models.anchors import AnchorSet, build_anchor_set, load_anchor_set
+from models.checksums import sha256_directory
+from models.encoder import Encoder, default_model_path, load_encoder
+from models.evaluation.sts import PRIMARY_METRIC
+from models.registry import ENCODER_DIR, BundleStore, CorpusSnapshot
+from models.training.config import Method
+from models.training.dev_eval import DevSetup
+from models.training.trainer import train
+from service.corpus.embedding_cache import EmbeddingCache
+from service.corpus.store import AnchorRecord, DocumentStore, StoredDocument
+from service.engine import base_version
+from service.redis_keys import RedisKeys
+from service.settings import Settings, get_settings
+from service.versions import activate, active_version
+from worker.queue import ProgressReporter, parse_request
+
+GATED_SCORING = "blend"  # Eq. 7, what the service serves
+_PROMOTION_ATTEMPTS = 5
+
+
+def serving_anchors(settings: Settings, encoder: Encoder, texts: list[str] | None) -> AnchorSet:
+    """The anchor matrix a replica would build for `encoder`: from `texts` when the anchors
+    are sampled documents (anchor_source "documents"), else from the anchor corpus file."""
+    if texts is not None:
+        return build_anchor_set(encoder, texts, settings.cache_dir)
+    return load_anchor_set(
+        encoder,
+        settings.anchor_corpus,
+        settings.anchor_count,
+        seed=settings.anchor_seed,
+        cache_dir=settings.cache_dir,
+    )
+
+
+async def _read_documents(
+    settings: Settings, keys: RedisKeys
+) -> tuple[int, list[StoredDocument], AnchorRecord | None]:
+    client = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
+    try:
+        store = DocumentStore(client, keys)
+        # The revision before the scan: every change after it is replayed by the loader, so
+        # a document the scan saw in a newer state is only re-embedded, never lost.
+        revision = await store.revision()
+        documents = [doc async for page in store.scan() for doc in page]
+        record = None
+        if settings.anchor_source == "documents":
+            record = await store.anchor_record(
+                settings.anchor_count or 0, settings.anchor_seed or 0
+            )
+        return revision, documents, record
+    finally:
+        await client.aclose()
+
+
+def embed_documents(settings: Settings, encoder: Encoder, texts: list[str]) -> np.ndarray:
+    """(n, dim) embeddings, through the replicas' on-disk embedding cache."""
+    cache = EmbeddingCache(
+        settings.cache_dir / "embeddings", encoder.checksum, encoder.max_seq_length, encoder.dim
+    )
+    try:
+        found = cache.get_many(texts)
+        missing = list(dict.fromkeys(t for t, v in zip(texts, found, strict=True) if v is None))
+        encoded = encoder.encode(missing).cpu().numpy() if missing else None  # (k, dim)
+        if encoded is not None:
+            cache.put_many(missing, encoded)
+        fresh = dict(zip(missing, encoded, strict=True)) if encoded is not None else {}
+        out = np.empty((len(texts), encoder.dim), dtype=np.float32)  # (n, dim)
+        for i, (text, vector) in enumerate(zip(texts, found, strict=True)):
+            out[i] = vector if vector is not None else fresh[text]
+        return out
+    finally:
+        cache.close()
+
+
+def primary_score(dev_metrics: dict[str, Any]) -> float:
+    return float(dev_metrics[GATED_SCORING][PRIMARY_METRIC])
+
+
+def gate(
+    candidate: float,
+    *,
+    active: str,
+    parent: str,
+    parent_score: float,
+    setup: dict[str, Any],
+    store: BundleStore,
+    force: bool,
+) -> dict[str, Any]:
+    """Promote when the candidate's Eq. 7 dev average is at least the active version's.
+
+    The active version is normally the parent, measured in this very job. When an operator
+    activated another version meanwhile, its own recorded dev metrics are used, but only if
+    they were measured with the same setup (anchors, lambda); otherwise it is not comparable
+    and only `force` promotes.
+    """
+    threshold: float | None = parent_score if active == parent else None
+    if active != parent and store.exists(active):
+        recorded = store.manifest(active).metrics
+        if recorded.get("dev_setup") == setup and "dev" in recorded:
+            threshold = primary_score(recorded["dev"])
+    passed = threshold is not None and candidate >= threshold
+    return {
+        "metric": f"{GATED_SCORING}.{PRIMARY_METRIC}",
+        "candidate": candidate,
+        "active_version": active,
+        "active_score": threshold,
+        "passed": passed,
+        "forced": force,
+        "promote": passed or force,
+    }
+
+
+def _base_bundle(
+    store: BundleStore, settings: Settings, version: str, path: Path, metrics: dict[str, Any]
+) -> None:
+    encoder = load_encoder(path, device=settings.device, max_seq_length=settings.max_seq_length)
+    anchors = serving_anchors(settings, encoder, None)
+    store.write(version, encoder=encoder, anchors=anchors, metrics=metrics)
+
+
+def run_retrain(
+    method: str, params: dict[str, Any], force: bool, teachers: list[str]
+) -> dict[str, Any]:
+    """The RQ job function; its JSON return value is the job's result."""
+    settings = get_settings()
+    job = get_current_job()
+    job_id = job.id if job is not None else datetime.now(UTC).strftime("%H%M%S%f")
+    progress = ProgressReporter(job)
+    progress.phase("preparing")
+    parsed, config, teacher_paths = parse_request(method, params, teachers, settings)
+    if config.device is None and settings.device is not None:
+        config = config.model_copy(update={"device": settings.device})
+    keys = RedisKeys(settings.redis_prefix)
+    client = Redis.from_url(settings.redis_url, decode_responses=True)
+    store = BundleStore(settings.bundle_store)
+
+    base_path = settings.model_path or default_model_path()
+    base = base_version(sha256_directory(base_path))
+    parent = active_version(client, keys) or base
+    if store.exists(parent):
+        store.verify(parent)
+        parent_path = store.path_for(parent) / ENCODER_DIR
+    elif parent == base:
+        parent_path = base_path
+    else:
+        raise FileNotFoundError(f"the active version {parent!r} has no bundle in {store.bundles}")
+
+    dev = DevSetup(
+        data_dir=settings.data_dir / "senteval",
+        anchor_corpus=settings.anchor_corpus,
+        anchor_count=config.eval_anchor_count,
+        anchor_seed=settings.anchor_seed,
+        lambda_inf=settings.lambda_inf,
+        cache_dir=settings.cache_dir,
+    )
+
+    def on_step(done: int, total: int, loss: float) -> None:
+        progress.step(done, total, loss)
+        if done == total:
+            progress.phase("evaluating")
+
+    out_dir = settings.runs_dir / f"retrain-{job_id}"
+    progress.phase("training")
+    result = train(
+        parsed,
+        parent_path,
+        teacher_paths,
+        list(DEFAULT_NLI_DATA if parsed.supervised else DEFAULT_SENTENCE_DATA),
+        out_dir,
+        config,
+        cache_dir=settings.cache_dir,
+        dev=dev,
+        progress=False,
+        on_step=on_step,
+    )
+    dev_metrics = result.metadata["dev_metrics"]
+    setup = dev_metrics["setup"]
+
+    progress.phase("bundling")
+    if parent == base and not store.exists(base):
+        _base_bundle(
+            store, settings, base, base_path, {"dev": dev_metrics["base"], "dev_setup": setup}
+        )
+    student = load_encoder(
+        out_dir,
+        device=settings.device,
+        max_seq_length=settings.max_seq_length,
+        batch_size=settings.encode_batch_size,
+    )
+    student.name = student_name(store, parent, parsed)
+    revision, documents, record = asyncio.run(_read_documents(settings, keys))
+    anchors = serving_anchors(settings, student, record.texts if record else None)
+    corpus = CorpusSnapshot(
+        revision=revision,
+        ids=[doc.number for doc in documents],
+        embeddings=embed_documents(settings, student, [doc.text for doc in documents]),
+    )
+    version = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{parsed.value}-{job_id[:8]}"
+    candidate = primary_score(dev_metrics["student"])
+
+    progress.phase("promoting")
+    parent_score = primary_score(dev_metrics["base"])
+    raw_active = active_version(client, keys)
+    decision = gate(
+        candidate,
+        active=raw_active or base,
+        parent=parent,
+        parent_score=parent_score,
+        setup=setup,
+        store=store,
+        force=force,
+    )
+    store.write(
+        version,
+        encoder=student,
+        anchors=anchors,
+        corpus=corpus,
+        method=parsed.value,
+        parent=parent,
+        metrics={
+            "dev": dev_metrics["student"],
+            "parent_dev": dev_metrics["base"],
+            "dev_setup": setup,
+            "gate": decision,
+            "job_id": job_id,
+            "steps": result.steps,
+            "final_loss": result.final_loss,
+            "config": result.metadata["config"],
+            "teachers": result.metadata["teachers"],
+        },
+    )
+    promoted = False
+    for _ in range(_PROMOTION_ATTEMPTS):
+        if not decision["promote"]:
+            break
+        reason = f"promoted by job {job_id}"
+        if activate(client, keys, version, reason=reason, expected=raw_active):
+            promoted = True
+            break
+        # An operator activated another version between the gate and now: gate against it.
+        # The manifest keeps the first decision; the job's result has the final one.
+        raw_active = active_version(client, keys)
+        decision = gate(
+            candidate,
+            active=raw_active or base,
+            parent=parent,
+            parent_score=parent_score,
+            setup=setup,
+            store=store,
+            force=force,
+        )
+    shutil.rmtree(out_dir, ignore_errors=True)
+    progress.phase("done", version=version, promoted=promoted)
+    return {"version": version, "promoted": promoted, "gate": decision, "dev": dev_metrics}
+
+
+def student_name(store: BundleStore, parent: str, method: Method) -> str:
+    """What /info shows: the family of the root checkpoint plus the latest method."""
+    family = store.manifest(parent).encoder.name.split("+")[0] if store.exists(parent) else parent
+    return f"{family}+{method.value}"

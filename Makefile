@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/rankserve evaluate
+	$(VENV)/bin/rankserve serve
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -26,3 +26,4 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.scoring
+	$(PY) -m bench.search

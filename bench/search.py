@@ -20,6 +20,7 @@ import gc
 import os
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -27,8 +28,10 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.timing import percentile
-from models.index import IndexConfig, SearchIndex, eq7_scores
+from models.index import IndexConfig, SearchHits, SearchIndex, eq7_scores
 from models.ranking import anchor_ranks, normalise_ranks, rank_vectors_chunked
+
+T = TypeVar("T")
 
 DIM = 384
 CLUSTERS = 1000
@@ -67,14 +70,15 @@ def rss_bytes() -> int:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def latencies_ms(fn: Callable[[np.ndarray], object], queries: np.ndarray) -> list[float]:
-    fn(queries[0])  # warm-up
-    samples = []
+def latencies_ms(fn: Callable[[np.ndarray], T], queries: np.ndarray) -> tuple[list[float], list[T]]:
+    """Milliseconds per call of fn on each query (after one warm-up call), and the results."""
+    fn(queries[0])
+    samples, results = [], []
     for query in queries:
         start = time.perf_counter()
-        fn(query)
+        results.append(fn(query))
         samples.append((time.perf_counter() - start) * 1e3)
-    return samples
+    return samples, results
 
 
 def build(docs: np.ndarray, config: IndexConfig) -> tuple[SearchIndex, int, float]:
@@ -87,6 +91,17 @@ def build(docs: np.ndarray, config: IndexConfig) -> tuple[SearchIndex, int, floa
         chunk = docs[offset : offset + _CHUNK]
         index.upsert(np.arange(offset, offset + len(chunk)), chunk)
     return index, rss_bytes() - before, time.perf_counter() - start
+
+
+def id_map_bytes(n: int) -> int:
+    """RSS of the corpus's number -> document id dict (service/corpus) for n documents."""
+    gc.collect()
+    _LIBC.malloc_trim(0)
+    before = rss_bytes()
+    ids = {number: f"doc-{number:012d}" for number in range(n)}
+    added = rss_bytes() - before
+    del ids
+    return added
 
 
 def main() -> None:
@@ -138,17 +153,15 @@ def main() -> None:
             def cosine_only(q: np.ndarray, index: SearchIndex = index) -> object:
                 return index.candidates(q, TOP_K)
 
-            def served(q: np.ndarray, index: SearchIndex = index) -> object:
+            def served(q: np.ndarray, index: SearchIndex = index) -> SearchHits:
                 return index.search(
                     torch.from_numpy(q), anchors, top_k=TOP_K, candidates=CANDIDATES,
                     lambda_inf=LAMBDA,
                 )  # fmt: skip
 
-            cosine_ms = latencies_ms(cosine_only, queries)
-            eq7_ms = latencies_ms(served, queries)
-            tops = [set(index.search(torch.from_numpy(q), anchors, top_k=TOP_K,
-                                     candidates=CANDIDATES, lambda_inf=LAMBDA).ids.tolist())
-                    for q in queries]  # fmt: skip
+            cosine_ms, _ = latencies_ms(cosine_only, queries)
+            eq7_ms, results = latencies_ms(served, queries)
+            tops = [set(hits.ids.tolist()) for hits in results]
             if config.kind == "flat":
                 flat_top = tops
                 recall = "1 (reference)"
@@ -173,9 +186,16 @@ def main() -> None:
             gc.collect()
         if n == min(args.sizes):
             precomputed_table = compare_rank_storage(docs, anchors, queries)
+        if n == max(args.sizes):
+            id_map_mb = id_map_bytes(n) / n * 1e6 / 2**20
         del docs
         gc.collect()
     console.print(latency)
+    console.print(
+        f"The service also maps index numbers to document ids: {id_map_mb:,.0f} MB per 1M "
+        "documents (dict of int to 16-character str), measured at "
+        f"N={max(args.sizes):,}."
+    )
     console.print(precomputed_table)
     console.print(f"load average at end: {os.getloadavg()}")
 
@@ -220,8 +240,8 @@ def compare_rank_storage(docs: np.ndarray, anchors: torch.Tensor, queries: np.nd
     )
     assert torch.allclose(direct, gathered, atol=1e-5)
 
-    qt = latencies_ms(query_time, queries)
-    pre = latencies_ms(precomputed, queries)
+    qt, _ = latencies_ms(query_time, queries)
+    pre, _ = latencies_ms(precomputed, queries)
     table = Table(
         title=f"Document rank vectors for Eq. 7 at N={n:,}, M={m:,} ({CANDIDATES} candidates)"
     )

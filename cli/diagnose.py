@@ -177,6 +177,9 @@ def heros(
     settings = get_settings()
     console = Console()
     out_dir = _diagnostics_dir(settings)
+    if generate is not None and data is not None:
+        console.print("[red]error:[/red] give --data or --generate, not both")
+        raise typer.Exit(code=2)
     if generate is not None:
         if not generate.is_file():
             console.print(f"[red]error:[/red] {generate}: file not found")

@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from service.metrics import MODEL_VERSION_HEADER, NO_MODEL, SCOPE_MODEL_VERSION
 
@@ -111,6 +112,8 @@ class StoreUnavailableError(ApiError):
         super().__init__(message)
 
 
+_METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
+
 # Statuses Starlette raises itself, by the type name they get in the body.
 _HTTP_TYPES = {
     401: UnauthorizedError.error_type,
@@ -171,10 +174,30 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     )
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+def _allowed_methods(request: Request) -> str:
+    """Every method some route serves at this path.
+
+    Starlette's 405 names only the methods of the first route whose path matched, which is
+    wrong when one path is served by several routes (GET and POST /documents).
+    """
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in _METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    ]
+    return ", ".join(allowed)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     error_type = _HTTP_TYPES.get(exc.status_code, "http_error")
-    return error_response(exc.status_code, error_type, str(exc.detail), exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = _allowed_methods(request)
+    return error_response(exc.status_code, error_type, str(exc.detail), headers)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:

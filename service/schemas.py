@@ -15,8 +15,11 @@ from service.limits import Limits
 
 
 class _Request(BaseModel):
-    # A misspelt field is an error, not a silently ignored option.
-    model_config = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True)
+    # A misspelt field is an error, not a silently ignored option; strict, so that a JSON
+    # value of the wrong type (false or "0.5" for a number) is refused, as the schema says.
+    model_config = ConfigDict(
+        extra="forbid", strict=True, validate_by_name=True, validate_by_alias=True
+    )
 
 
 LambdaField = Annotated[
@@ -26,6 +29,8 @@ LambdaField = Annotated[
         ge=0.0,
         le=1.0,
         allow_inf_nan=False,
+        # JSON numbers only: lax mode would take `true` as 1.0 and "0.5" as 0.5.
+        strict=True,
         description="Eq. 7 weight of the rank similarity; default: the server's lambda_inf",
     ),
 ]
@@ -56,8 +61,10 @@ def request_models(limits: Limits) -> RequestModels:
     texts_type = Annotated[
         list[text_type], Field(min_length=1, max_length=limits.max_texts_per_request)
     ]
+    # A list of exactly two, not a tuple: strict validation of parsed JSON takes no list as tuple.
+    pair_type = Annotated[list[text_type], Field(min_length=2, max_length=2)]
     pairs_type = Annotated[
-        list[tuple[text_type, text_type]],
+        list[pair_type],
         Field(min_length=1, max_length=limits.max_similarity_pairs),
     ]
     targets_type = Annotated[

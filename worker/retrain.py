@@ -17,6 +17,7 @@ operator can roll back to where the service started.
 
 import asyncio
 import shutil
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ from models.evaluation.sts import PRIMARY_METRIC
 from models.registry import ENCODER_DIR, BundleStore, CorpusSnapshot
 from models.training.config import Method
 from models.training.dev_eval import DevSetup
-from models.training.trainer import train
+from models.training.trainer import ResumeMismatchError, TrainResult, train
 from service.corpus.embedding_cache import EmbeddingCache
 from service.corpus.store import AnchorRecord, DocumentStore, StoredDocument
 from service.engine import base_version
@@ -140,11 +141,29 @@ def gate(
 
 
 def _base_bundle(
-    store: BundleStore, settings: Settings, version: str, path: Path, metrics: dict[str, Any]
+    store: BundleStore, settings: Settings, version: str, metrics: dict[str, Any]
 ) -> None:
-    encoder = load_encoder(path, device=settings.device, max_seq_length=settings.max_seq_length)
+    """The settings checkpoint as a bundle, so that rolling back to it is one activation."""
+    encoder = load_encoder(
+        settings.model_path, device=settings.device, max_seq_length=settings.max_seq_length
+    )
     anchors = serving_anchors(settings, encoder, None)
     store.write(version, encoder=encoder, anchors=anchors, metrics=metrics)
+
+
+def _train_resuming(out_dir: Path, run: Callable[[], TrainResult]) -> TrainResult:
+    """Resume a retried job's run; start afresh if its inputs changed (a new active version)."""
+    try:
+        return run()
+    except ResumeMismatchError:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        return run()
+
+
+def student_name(store: BundleStore, parent: str, method: Method) -> str:
+    """What /info shows: the family of the root checkpoint plus the latest method."""
+    family = store.manifest(parent).encoder.name.split("+")[0] if store.exists(parent) else parent
+    return f"{family}+{method.value}"
 
 
 def run_retrain(
@@ -156,11 +175,27 @@ def run_retrain(
     job_id = job.id if job is not None else datetime.now(UTC).strftime("%H%M%S%f")
     progress = ProgressReporter(job)
     progress.phase("preparing")
+    client = Redis.from_url(settings.redis_url, decode_responses=True)
+    try:
+        return _retrain(settings, client, job_id, progress, method, params, force, teachers)
+    finally:
+        client.close()
+
+
+def _retrain(
+    settings: Settings,
+    client: Redis,
+    job_id: str,
+    progress: ProgressReporter,
+    method: str,
+    params: dict[str, Any],
+    force: bool,
+    teachers: list[str],
+) -> dict[str, Any]:
     parsed, config, teacher_paths = parse_request(method, params, teachers, settings)
     if config.device is None and settings.device is not None:
         config = config.model_copy(update={"device": settings.device})
     keys = RedisKeys(settings.redis_prefix)
-    client = Redis.from_url(settings.redis_url, decode_responses=True)
     store = BundleStore(settings.bundle_store)
 
     base_path = settings.model_path or default_model_path()
@@ -190,26 +225,27 @@ def run_retrain(
 
     out_dir = settings.runs_dir / f"retrain-{job_id}"
     progress.phase("training")
-    result = train(
-        parsed,
-        parent_path,
-        teacher_paths,
-        list(DEFAULT_NLI_DATA if parsed.supervised else DEFAULT_SENTENCE_DATA),
+    result = _train_resuming(
         out_dir,
-        config,
-        cache_dir=settings.cache_dir,
-        dev=dev,
-        progress=False,
-        on_step=on_step,
+        lambda: train(
+            parsed,
+            parent_path,
+            teacher_paths,
+            list(DEFAULT_NLI_DATA if parsed.supervised else DEFAULT_SENTENCE_DATA),
+            out_dir,
+            config,
+            cache_dir=settings.cache_dir,
+            dev=dev,
+            progress=False,
+            on_step=on_step,
+        ),
     )
     dev_metrics = result.metadata["dev_metrics"]
     setup = dev_metrics["setup"]
 
     progress.phase("bundling")
     if parent == base and not store.exists(base):
-        _base_bundle(
-            store, settings, base, base_path, {"dev": dev_metrics["base"], "dev_setup": setup}
-        )
+        _base_bundle(store, settings, base, {"dev": dev_metrics["base"], "dev_setup": setup})
     student = load_encoder(
         out_dir,
         device=settings.device,
@@ -229,16 +265,20 @@ def run_retrain(
 
     progress.phase("promoting")
     parent_score = primary_score(dev_metrics["base"])
+
+    def decide(active: str | None) -> dict[str, Any]:
+        return gate(
+            candidate,
+            active=active or base,
+            parent=parent,
+            parent_score=parent_score,
+            setup=setup,
+            store=store,
+            force=force,
+        )
+
     raw_active = active_version(client, keys)
-    decision = gate(
-        candidate,
-        active=raw_active or base,
-        parent=parent,
-        parent_score=parent_score,
-        setup=setup,
-        store=store,
-        force=force,
-    )
+    decision = decide(raw_active)
     store.write(
         version,
         encoder=student,
@@ -269,21 +309,7 @@ def run_retrain(
         # An operator activated another version between the gate and now: gate against it.
         # The manifest keeps the first decision; the job's result has the final one.
         raw_active = active_version(client, keys)
-        decision = gate(
-            candidate,
-            active=raw_active or base,
-            parent=parent,
-            parent_score=parent_score,
-            setup=setup,
-            store=store,
-            force=force,
-        )
+        decision = decide(raw_active)
     shutil.rmtree(out_dir, ignore_errors=True)
     progress.phase("done", version=version, promoted=promoted)
     return {"version": version, "promoted": promoted, "gate": decision, "dev": dev_metrics}
-
-
-def student_name(store: BundleStore, parent: str, method: Method) -> str:
-    """What /info shows: the family of the root checkpoint plus the latest method."""
-    family = store.manifest(parent).encoder.name.split("+")[0] if store.exists(parent) else parent
-    return f"{family}+{method.value}"

@@ -28,7 +28,9 @@ class DevSetup:
     cache_dir: Path | None
 
 
-def evaluate_dev(encoder: Encoder, setup: DevSetup) -> dict[str, dict[str, float]]:
+def evaluate_dev(
+    encoder: Encoder, setup: DevSetup, *, progress: bool = False
+) -> dict[str, dict[str, float]]:
     """{"cosine": {task: Spearman x 100, ..., "avg"}, "blend": {...}} over the dev tasks.
 
     Cached on disk by encoder checksum, dev pairs and scoring setup: every run of one base
@@ -57,7 +59,9 @@ def evaluate_dev(encoder: Encoder, setup: DevSetup) -> dict[str, dict[str, float
         cache_dir=setup.cache_dir,
     )
     results = evaluate_sts(
-        tasks, model_scorer(encoder, anchors, setup.lambda_inf), [Scoring.COSINE, Scoring.BLEND]
+        tasks,
+        model_scorer(encoder, anchors, setup.lambda_inf, progress=progress),
+        [Scoring.COSINE, Scoring.BLEND],
     )
     metrics = {str(scoring): per_task for scoring, per_task in results.items()}
     if cache is not None:

@@ -256,8 +256,8 @@ def train(
     model.save(str(out_dir), create_model_card=False)
 
     student = load_encoder(out_dir, device=config.device)
-    before = evaluate_dev(load_encoder(base, device=config.device), dev)
-    after = evaluate_dev(student, dev)
+    before = evaluate_dev(load_encoder(base, device=config.device), dev, progress=progress)
+    after = evaluate_dev(student, dev, progress=progress)
     metadata = {
         "method": str(method),
         "config": config.model_dump(mode="json"),

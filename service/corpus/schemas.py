@@ -12,6 +12,7 @@ from typing import Annotated
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -39,6 +40,18 @@ MetadataValue = (
     | Annotated[StrictStr, Field(max_length=256)]
     | None
 )
+
+
+def _json_integer(value: object) -> object:
+    """JSON Schema's integer: 5 and 5.0, but not `true` or "5" (pydantic's lax int takes both)."""
+    if isinstance(value, bool | str):
+        raise ValueError("Input should be a valid integer")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 
 
 @dataclass(frozen=True)
@@ -138,8 +151,8 @@ def document_models(limits: DocumentLimits) -> DocumentModels:
 
     class SearchRequest(_Request):
         query: text_type
-        top_k: int = Field(default=10, ge=1, le=limits.max_top_k)
-        candidates: int = Field(
+        top_k: JsonInt = Field(default=10, ge=1, le=limits.max_top_k)
+        candidates: JsonInt = Field(
             default=limits.default_candidates,
             ge=1,
             le=limits.max_search_candidates,

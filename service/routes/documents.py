@@ -8,6 +8,7 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
+from pydantic import BaseModel, ConfigDict, Field
 
 from service.corpus.lifespan import CorpusDep
 from service.corpus.schemas import (
@@ -35,6 +36,16 @@ from service.settings import Settings
 MAX_PAGE = 1000
 
 PathId = Annotated[str, Path(pattern=ID_PATTERN, description="The document id")]
+
+
+class ListQuery(BaseModel):
+    # A misspelt parameter (`?limt=5`) is an error, as a misspelt body field is.
+    model_config = ConfigDict(extra="forbid")
+
+    cursor: str | None = Field(
+        default=None, pattern=ID_PATTERN, description="`next_cursor` of the previous page"
+    )
+    limit: int = Field(default=100, ge=1, le=MAX_PAGE)
 
 
 def document_out(doc: StoredDocument) -> DocumentOut:
@@ -68,15 +79,10 @@ def build_router(settings: Settings) -> APIRouter:
         responses=store_errors,
     )
     async def list_documents(
-        corpus: CorpusDep,
-        cursor: Annotated[
-            str | None,
-            Query(pattern=ID_PATTERN, description="`next_cursor` of the previous page"),
-        ] = None,
-        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+        corpus: CorpusDep, query: Annotated[ListQuery, Query()]
     ) -> DocumentPage:
         """Documents in id order, a page at a time."""
-        documents, next_cursor = await corpus.store.list_page(cursor, limit)
+        documents, next_cursor = await corpus.store.list_page(query.cursor, query.limit)
         return DocumentPage(
             documents=[document_out(doc) for doc in documents], next_cursor=next_cursor
         )

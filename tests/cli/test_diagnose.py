@@ -100,10 +100,15 @@ def test_heros_generate_builds_typo_and_negation_subsets(var_dir: Path, tmp_path
     assert (tmp_path / "g.png").is_file()
 
 
-def test_heros_missing_file_is_a_clear_error(var_dir: Path, tmp_path: Path) -> None:
-    result = CliRunner().invoke(app, ["diagnose", "heros", "--data", str(tmp_path / "no.tsv")])
+def test_heros_input_errors_exit_with_code_2(var_dir: Path, tmp_path: Path) -> None:
+    missing = str(tmp_path / "no.tsv")
+    result = CliRunner().invoke(app, ["diagnose", "heros", "--data", missing])
     assert result.exit_code == 2
     assert "file not found" in result.output
+    both = ["diagnose", "heros", "--data", missing, "--generate", missing]
+    result = CliRunner().invoke(app, both)
+    assert result.exit_code == 2
+    assert "not both" in result.output
 
 
 @pytest.mark.slow

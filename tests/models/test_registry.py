@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -219,3 +220,16 @@ def test_symlinked_bundle_leaving_the_store_is_refused(written: BundleStore, tmp
     with pytest.raises(InvalidVersionError, match="link or resolves outside"):
         store.load("escape", device="cpu")
     assert store.versions() == ["v1"]
+
+
+def test_stale_temporaries_are_removed_fresh_ones_kept(tmp_path: Path):
+    store = BundleStore(tmp_path)
+    stale = store.bundles / ".tmp-v9-deadbeef"
+    fresh = store.bundles / ".tmp-v10-cafebabe"
+    for directory in (stale, fresh):
+        (directory / ENCODER_DIR).mkdir(parents=True)
+    two_hours_ago = time.time() - 7200
+    os.utime(stale, (two_hours_ago, two_hours_ago))
+    assert store.remove_stale_temporaries(older_than_s=3600) == [stale]
+    assert not stale.exists() and fresh.exists()
+    assert store.versions() == []

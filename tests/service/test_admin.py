@@ -24,7 +24,7 @@ from service.engine import Engine
 from service.redis_keys import RedisKeys
 from service.settings import Settings
 from tests.service.conftest import Server, fixed_engine, make_settings, serve
-from tests.worker.conftest import wait_for
+from tests.worker.conftest import delete_queue_keys, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -65,6 +65,9 @@ def admin_server(
     with serve(settings, loader=fixed_engine(engine)) as running:
         running.wait_ready()
         yield running
+    client = redis.Redis.from_url(settings.redis_url)
+    delete_queue_keys(client, RedisKeys(settings.redis_prefix))
+    client.close()
 
 
 @pytest.fixture

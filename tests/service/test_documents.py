@@ -290,6 +290,7 @@ def test_anchor_source_documents_is_shared_and_follows_the_seed(engine: Engine, 
         ("post", "/documents/delete", {"ids": []}, 422, "at least 1 item"),
         ("get", "/documents?limit=0", None, 422, "limit"),
         ("get", "/documents?limit=1001", None, 422, "limit"),
+        ("get", "/documents?limt=5", None, 422, "Extra inputs are not permitted"),
     ],
 )
 def test_bad_input(

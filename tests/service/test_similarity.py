@@ -59,7 +59,7 @@ def test_lambda_selects_the_blend(client: httpx.Client, lambda_: float, equals: 
         ),
         (
             {"pairs": [["a", "b", "c"]]},
-            "pairs[0]: Tuple should have at most 2 items after validation, not 3",
+            "pairs[0]: List should have at most 2 items after validation, not 3",
         ),
     ],
 )

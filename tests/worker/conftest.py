@@ -165,21 +165,29 @@ def ops_env(tmp_path: Path, tiny_data: Path, anchor_cache: Path) -> Iterator[Ops
 
 
 def _delete_keys(env: OpsEnv) -> None:
-    """This test's keys: its prefix, its RQ queue's keys, and the keys of its queue's jobs."""
     client = Redis.from_url(env.settings.redis_url)
-    queue_name = env.keys.retrain_queue
+    delete_queue_keys(client, env.keys)
+    for key in client.scan_iter(match=env.keys.pattern, count=1000):
+        client.delete(key)
+    client.close()
+
+
+def delete_queue_keys(client: Redis, keys: RedisKeys) -> None:
+    """RQ's keys for one prefix's queue: the queue's, its jobs', its workers'."""
+    queue_name = keys.retrain_queue
     job_ids = set()
     for key in client.scan_iter(match="rq:job:*", count=1000):
         if client.hget(key, "origin") == queue_name.encode():
             job_ids.add(key.decode().removeprefix("rq:job:"))
-    prefix = env.variables["RANKSERVE_REDIS_PREFIX"]
     for key in client.scan_iter(match="rq:*", count=1000):
         text = key.decode()
-        if prefix in text or any(job_id in text for job_id in job_ids):
+        if keys.prefix in text or any(job_id in text for job_id in job_ids):
             client.delete(key)
-    for key in client.scan_iter(match=env.keys.pattern, count=1000):
-        client.delete(key)
-    client.close()
+    # RQ's global sets of queues and workers (a SIGKILLed worker never deregisters).
+    for registry in ("rq:queues", "rq:workers"):
+        for member in client.smembers(registry):
+            if keys.prefix in member.decode():
+                client.srem(registry, member)
 
 
 def wait_for(

@@ -75,7 +75,7 @@ class Hammer:
         while not self._stop.is_set():
             for replica, client in enumerate(clients):
                 n += 1
-                if n % 10 == 0:
+                if n % 5 == 0:  # odd and even n: both replicas take writes
                     doc_id, text = f"live-{n}", f"live note {n}: the {n % 7}th topic of the day"
                     self._send(
                         replica,
@@ -203,6 +203,11 @@ def test_retrain_swaps_every_replica_without_a_failed_request(cluster: Cluster):
     by_version = {entry["version"]: entry for entry in models["versions"]}
     assert set(by_version) == {base, version}  # the first job bundled the base for rollback
     assert by_version[version]["parent"] == base
+    assert by_version[base]["name"] == "all-MiniLM-L6-v2"
+    assert by_version[version]["name"] == "all-MiniLM-L6-v2+simcse"
+    for url in cluster.replicas:
+        info = httpx.get(f"{url}/info", timeout=30).json()
+        assert (info["model_version"], info["model_name"]) == (version, "all-MiniLM-L6-v2+simcse")
     assert by_version[version]["metrics"]["gate"]["candidate"] == result["gate"]["candidate"]
     assert by_version[version]["corpus_revision"] is not None
     assert [r["version"] for r in models["replicas"].values()] == [version, version]

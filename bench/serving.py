@@ -5,11 +5,13 @@ One run measures, on the same machine and the same Wikipedia sentences:
   (b) `rankserve serve` (started here, real uvicorn on a free port) with 16 concurrent
       clients, each sending one text per request;
   (c) the same 16 clients sending 8 texts per request.
-It prints sentences/s, request latency p50/p99, the ratio to (a), and the mean batch the
-dynamic batcher formed (from /metrics). The clients run in this process, on the same cores
-as the server: their HTTP work is part of what is measured.
+The three alternate in rounds (a b c a b c ...), so that a neighbour's load on a shared
+machine weighs on all three alike; totals over the rounds give sentences/s. It prints those,
+request latency p50/p99, the ratio to (a), the mean batch the dynamic batcher formed (from
+/metrics), and the clients' CPU per request: the clients run in this process, on the same
+cores as the server, so their HTTP work is part of what is measured.
 
-    python -m bench.serving [--seconds 15] [--clients 16]
+    python -m bench.serving [--seconds 10] [--rounds 3] [--clients 16] [--texts 8]
 """
 
 import argparse
@@ -22,9 +24,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -35,19 +37,27 @@ from rich.table import Table
 
 from bench.timing import percentile
 from models.anchors import read_sentences
-from models.encoder import load_encoder
+from models.encoder import Encoder, load_encoder
 from service.settings import DATA_DIR, get_settings
 
 BASELINE_BATCH = 64
 
 
-@dataclass(frozen=True)
-class Result:
+@dataclass
+class Tally:
+    """One scenario's totals over every round."""
+
     label: str
-    sentences_per_s: float
-    p50_ms: float
-    p99_ms: float
-    mean_batch: float | None = None
+    sentences: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    batched_texts: float = 0.0
+    batches: float = 0.0
+    client_cpu_s: float = 0.0
+
+    @property
+    def per_second(self) -> float:
+        return self.sentences / self.seconds
 
 
 def free_port() -> int:
@@ -89,31 +99,20 @@ def running_service(port: int) -> Iterator[str]:
         scratch.cleanup()
 
 
-def in_process(sentences: list[str], seconds: float) -> Result:
-    """(a) Batches of 64 through the encoder, one call per batch, as long as `seconds`."""
-    settings = get_settings()
-    encoder = load_encoder(settings.model_path, device=settings.device)
+def in_process(tally: Tally, encoder: Encoder, sentences: list[str], seconds: float) -> None:
+    """(a) Batches of 64 through the encoder, one call per batch, for `seconds`."""
     batches = [
         sentences[i : i + BASELINE_BATCH]
         for i in range(0, len(sentences) - BASELINE_BATCH + 1, BASELINE_BATCH)
     ]
-    encoder.encode(batches[0])  # warm-up
-    latencies: list[float] = []
-    done = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
-        batch = batches[len(latencies) % len(batches)]
+        batch = batches[len(tally.latencies) % len(batches)]
         began = time.perf_counter()
         encoder.encode(batch, batch_size=BASELINE_BATCH)
-        latencies.append(time.perf_counter() - began)
-        done += len(batch)
-    elapsed = time.perf_counter() - start
-    return Result(
-        f"(a) in-process, batch {BASELINE_BATCH}",
-        done / elapsed,
-        percentile(latencies, 50) * 1e3,
-        percentile(latencies, 99) * 1e3,
-    )
+        tally.latencies.append(time.perf_counter() - began)
+        tally.sentences += len(batch)
+    tally.seconds += time.perf_counter() - start
 
 
 def batch_totals(url: str) -> tuple[float, float]:
@@ -128,98 +127,96 @@ def batch_totals(url: str) -> tuple[float, float]:
 
 
 async def http_clients(
-    url: str, sentences: list[str], clients: int, per_request: int, seconds: float
-) -> tuple[int, list[float], float]:
-    """`clients` loops of POST /encode for `seconds`: (sentences done, latencies, elapsed)."""
+    tally: Tally, url: str, sentences: list[str], clients: int, per_request: int, seconds: float
+) -> None:
+    """`clients` concurrent loops of POST /encode, `per_request` texts each, for `seconds`."""
     bodies = [
         json.dumps({"texts": sentences[i : i + per_request]}).encode()
         for i in range(0, len(sentences) - per_request + 1, per_request)
     ]
-    latencies: list[float] = []
-    done = 0
+    headers = {"content-type": "application/json"}
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
 
-        async def client(offset: int, until: float) -> None:
-            nonlocal done
+        async def client(offset: int, until: float, record: bool) -> None:
             sent = offset
             while time.perf_counter() < until:
-                body = bodies[sent % len(bodies)]
                 began = time.perf_counter()
                 response = await http.post(
-                    "/encode", content=body, headers={"content-type": "application/json"}
+                    "/encode", content=bodies[sent % len(bodies)], headers=headers
                 )
                 response.raise_for_status()
-                latencies.append(time.perf_counter() - began)
-                done += per_request
+                if record:
+                    tally.latencies.append(time.perf_counter() - began)
+                    tally.sentences += per_request
                 sent += clients
 
-        warm_until = time.perf_counter() + 2
-        await asyncio.gather(*(client(i, warm_until) for i in range(clients)))
-        latencies.clear()
-        done = 0
-        start = time.perf_counter()
-        await asyncio.gather(*(client(i, start + seconds) for i in range(clients)))
-        elapsed = time.perf_counter() - start
-    return done, latencies, elapsed
+        warm_until = time.perf_counter() + 1  # connections open, the server's queue full
+        await asyncio.gather(*(client(i, warm_until, False) for i in range(clients)))
+        start, cpu_start = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(client(i, start + seconds, True) for i in range(clients)))
+        tally.seconds += time.perf_counter() - start
+        tally.client_cpu_s += time.process_time() - cpu_start
 
 
 def over_http(
-    url: str, label: str, sentences: list[str], clients: int, per_request: int, seconds: float
-) -> Result:
+    tally: Tally, url: str, sentences: list[str], clients: int, per_request: int, seconds: float
+) -> None:
     texts_before, batches_before = batch_totals(url)
-    done, latencies, elapsed = asyncio.run(
-        http_clients(url, sentences, clients, per_request, seconds)
-    )
+    asyncio.run(http_clients(tally, url, sentences, clients, per_request, seconds))
     texts_after, batches_after = batch_totals(url)
-    return Result(
-        label,
-        done / elapsed,
-        percentile(latencies, 50) * 1e3,
-        percentile(latencies, 99) * 1e3,
-        (texts_after - texts_before) / max(1.0, batches_after - batches_before),
-    )
+    tally.batched_texts += texts_after - texts_before
+    tally.batches += batches_after - batches_before
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=15.0, help="per measurement")
+    parser.add_argument("--seconds", type=float, default=10.0, help="per scenario and round")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--texts", type=int, default=8, help="texts per request in (c)")
     args = parser.parse_args()
 
     sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")[:4096]
-    console = Console()
+    settings = get_settings()
+    encoder = load_encoder(settings.model_path, device=settings.device)
+    encoder.encode(sentences[:BASELINE_BATCH])  # warm-up
+    baseline = Tally(f"(a) in-process, batch {BASELINE_BATCH}")
+    single = Tally(f"(b) HTTP, {args.clients} clients x 1 text")
+    several = Tally(f"(c) HTTP, {args.clients} clients x {args.texts} texts")
     with running_service(free_port()) as url:
         info = httpx.get(f"{url}/info").json()
-        results = [in_process(sentences, args.seconds)]
-        results.append(
-            over_http(url, f"(b) HTTP, {args.clients} clients x 1 text", sentences,
-                      args.clients, 1, args.seconds)
-        )  # fmt: skip
-        results.append(
-            over_http(url, f"(c) HTTP, {args.clients} clients x {args.texts} texts", sentences,
-                      args.clients, args.texts, args.seconds)
-        )  # fmt: skip
-    baseline = results[0].sentences_per_s
+        scenarios: list[Callable[[], None]] = [
+            lambda: in_process(baseline, encoder, sentences, args.seconds),
+            lambda: over_http(single, url, sentences, args.clients, 1, args.seconds),
+            lambda: over_http(several, url, sentences, args.clients, args.texts, args.seconds),
+        ]
+        for _ in range(args.rounds):
+            for scenario in scenarios:
+                scenario()
+
     limits = info["limits"]
     table = Table(
         title=f"{info['model_name']} on {info['device']}, {torch.get_num_threads()} torch threads,"
-        f" {os.cpu_count()} CPUs; batching: wait {limits['batch_wait_ms']} ms, at most"
-        f" {limits['max_batch_size']} texts / {limits['max_batch_tokens']} padded tokens"
+        f" {os.cpu_count()} CPUs, {args.rounds} rounds of {args.seconds:g} s; batching: wait"
+        f" {limits['batch_wait_ms']} ms, at most {limits['max_batch_size']} texts /"
+        f" {limits['max_batch_tokens']} padded tokens"
     )
-    for column in ("scenario", "sentences/s", "p50 ms", "p99 ms", "vs (a)", "mean batch"):
+    columns = ("scenario", "sentences/s", "p50 ms", "p99 ms", "vs (a)", "mean batch", "client ms")
+    for column in columns:
         table.add_column(column, justify="right")
-    for result in results:
+    for tally in (baseline, single, several):
+        http = tally is not baseline
         table.add_row(
-            result.label,
-            f"{result.sentences_per_s:.1f}",
-            f"{result.p50_ms:.1f}",
-            f"{result.p99_ms:.1f}",
-            f"{result.sentences_per_s / baseline:.0%}",
-            "-" if result.mean_batch is None else f"{result.mean_batch:.1f}",
+            tally.label,
+            f"{tally.per_second:.1f}",
+            f"{percentile(tally.latencies, 50) * 1e3:.1f}",
+            f"{percentile(tally.latencies, 99) * 1e3:.1f}",
+            f"{tally.per_second / baseline.per_second:.0%}",
+            f"{tally.batched_texts / tally.batches:.1f}" if http else "-",
+            f"{tally.client_cpu_s / len(tally.latencies) * 1e3:.2f}" if http else "-",
         )
-    console.print(table)
+    Console().print(table)
 
 
 if __name__ == "__main__":

@@ -206,10 +206,6 @@ class SearchIndex:
     def on_gpu(self) -> bool:
         return self._gpu is not None
 
-    def ids(self) -> np.ndarray:
-        with self._lock:
-            return self._all_ids_locked()
-
     def upsert(
         self,
         ids: Sequence[int] | np.ndarray,

@@ -45,9 +45,15 @@ def heros_chart(
         raise ValueError("no HEROS results to draw")
     subsets = [s for s in DISPLAY_ORDER if all(s in r.pairs for r in results)]
     figure, axes = plt.subplots(
-        1, len(scorings), figsize=(4.2 * len(scorings) + 1.2, 4.2), sharey=True, squeeze=False
+        1,
+        len(scorings),
+        figsize=(4.2 * len(scorings) + 1.2, 4.6),
+        sharey=True,
+        squeeze=False,
+        layout="constrained",
     )
     width = 0.8 / len(results)
+    rotation = 90 if len(results) > 2 else 0
     positions = np.arange(len(subsets))
     colours = plt.get_cmap("tab10").colors
     for axis, scoring in zip(axes[0], scorings, strict=True):
@@ -60,7 +66,8 @@ def heros_chart(
                 label=result.model,
                 color=colours[k % len(colours)],
             )
-            axis.bar_label(bars, fmt="%.2f", fontsize=7, padding=1)
+            # Side-by-side labels collide from three models on; stand them upright instead.
+            axis.bar_label(bars, fmt="%.2f", fontsize=7, padding=1, rotation=rotation)
         lambda_note = f" (λ={results[0].lambda_inf:g})" if scoring is Scoring.BLEND else ""
         axis.set_title(SCORING_TITLES[scoring] + lambda_note)
         axis.set_xticks(positions, [s.value.replace(" ", "\n") for s in subsets], fontsize=8)
@@ -68,10 +75,11 @@ def heros_chart(
         axis.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel("mean normalised similarity\n(cos − cos_avg) / (1 − cos_avg)")
     handles, labels = axes[0][0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=len(results), fontsize=8, frameon=False)
-    figure.subplots_adjust(bottom=0.24)
+    figure.legend(
+        handles, labels, loc="outside lower center", ncol=len(results), fontsize=8, frameon=False
+    )
     lows = [min(r.mean_normalised[s][sub] for s in scorings for sub in subsets) for r in results]
-    axes[0][0].set_ylim(min(0.0, min(lows) - 0.05), 1.05)
+    axes[0][0].set_ylim(min(0.0, min(lows) - 0.05), 1.12 if rotation else 1.05)
     first = results[0]
     subtitle = (
         f"{first.originals} originals, baseline over {first.baseline_half}×{first.baseline_half}"

@@ -25,12 +25,28 @@ from service.schemas import LambdaField
 from service.settings import Settings
 
 # A safe set for URL paths and Redis keys; the first character excludes "." and ".." ids.
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
+ID_REGEX = r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}"
+ID_PATTERN = f"^{ID_REGEX}$"
+# /documents/delete is the batch-delete route, so "delete" cannot name a document.
+RESERVED_ID = "delete"
 METADATA_KEY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$"
 _SAFE_INT = 2**53  # JSON numbers past this lose precision in JavaScript clients
 
+
+def _not_reserved(doc_id: str) -> str:
+    if doc_id == RESERVED_ID:
+        raise ValueError(f"{RESERVED_ID!r} is reserved and cannot be a document id")
+    return doc_id
+
+
 DocumentId = Annotated[
-    str, Field(pattern=ID_PATTERN, description="1-128 characters: letters, digits, _.:@-")
+    str,
+    Field(
+        pattern=ID_PATTERN,
+        description=f"1-128 characters: letters, digits, _.:@-; not {RESERVED_ID!r}",
+        json_schema_extra={"not": {"const": RESERVED_ID}},
+    ),
+    AfterValidator(_not_reserved),
 ]
 MetadataKey = Annotated[str, Field(pattern=METADATA_KEY_PATTERN)]
 MetadataValue = (

@@ -9,10 +9,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from service.corpus.lifespan import CorpusDep
 from service.corpus.schemas import (
     ID_PATTERN,
+    ID_REGEX,
+    RESERVED_ID,
     DeleteResponse,
     DocumentLimits,
     DocumentOut,
@@ -24,6 +27,7 @@ from service.corpus.store import NewDocument, StoredDocument
 from service.dependencies import EngineDep
 from service.errors import (
     ENCODING_ROUTE_ERRORS,
+    ErrorBody,
     InvalidRequestError,
     NotFoundError,
     NotReadyError,
@@ -35,7 +39,24 @@ from service.settings import Settings
 
 MAX_PAGE = 1000
 
-PathId = Annotated[str, Path(pattern=ID_PATTERN, description="The document id")]
+
+class DocumentIdConvertor(StringConvertor):
+    """Only document ids match `/documents/{doc_id}`, so `/documents/delete` belongs to the
+    batch route alone (and its 405s name POST only); anything else there is a 404."""
+
+    regex = f"(?!{RESERVED_ID}$){ID_REGEX}"
+
+
+register_url_convertor("document_id", DocumentIdConvertor())
+
+PathId = Annotated[
+    str,
+    Path(
+        pattern=ID_PATTERN,
+        description="The document id",
+        json_schema_extra={"not": {"const": RESERVED_ID}},
+    ),
+]
 
 
 class ListQuery(BaseModel):
@@ -56,6 +77,10 @@ def build_router(settings: Settings) -> APIRouter:
     models = document_models(DocumentLimits.from_settings(settings))
     router = APIRouter(tags=["documents"], route_class=StrictJSONRoute)
     store_errors = error_responses(InvalidRequestError, NotReadyError, StoreUnavailableError)
+    by_id_errors = {
+        **error_responses(NotFoundError, InvalidRequestError, StoreUnavailableError),
+        405: {"model": ErrorBody, "description": f"{RESERVED_ID!r} is the batch route's path"},
+    }
 
     @router.post(
         "/documents",
@@ -88,9 +113,9 @@ def build_router(settings: Settings) -> APIRouter:
         )
 
     @router.get(
-        "/documents/{doc_id}",
+        "/documents/{doc_id:document_id}",
         response_model=DocumentOut,
-        responses=error_responses(NotFoundError, InvalidRequestError, StoreUnavailableError),
+        responses=by_id_errors,
     )
     async def get_document(doc_id: PathId, corpus: CorpusDep) -> DocumentOut:
         doc = await corpus.store.get(doc_id)
@@ -99,9 +124,9 @@ def build_router(settings: Settings) -> APIRouter:
         return document_out(doc)
 
     @router.delete(
-        "/documents/{doc_id}",
+        "/documents/{doc_id:document_id}",
         response_model=DeleteResponse,
-        responses=error_responses(NotFoundError, InvalidRequestError, StoreUnavailableError),
+        responses=by_id_errors,
     )
     async def delete_document(doc_id: PathId, corpus: CorpusDep) -> DeleteResponse:
         (existed,), revision = await corpus.delete([doc_id])

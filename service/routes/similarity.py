@@ -9,6 +9,13 @@ from service.schemas import SimilarityResponse, SimilarityScore, request_models
 from service.settings import Settings
 
 
+def distinct_texts(pairs: list[tuple[str, str]]) -> tuple[list[str], list[int], list[int]]:
+    """Each distinct text once (encoded once), and where each pair's two texts sit in it."""
+    unique = list(dict.fromkeys(text for pair in pairs for text in pair))
+    position = {text: i for i, text in enumerate(unique)}
+    return unique, [position[a] for a, _ in pairs], [position[b] for _, b in pairs]
+
+
 def build_router(settings: Settings) -> APIRouter:
     models = request_models(Limits.from_settings(settings))
     router = APIRouter(tags=["similarity"], route_class=StrictJSONRoute)
@@ -26,13 +33,10 @@ def build_router(settings: Settings) -> APIRouter:
     ) -> SimilarityResponse:
         """RankEncoder Eq. 7: lambda * z_i.z_j + (1 - lambda) * cos, z against the anchors."""
         if isinstance(body, models.similarity_pairs):
-            pairs: list[tuple[str, str]] = list(body.pairs)
+            pairs = [(a, b) for a, b in body.pairs]
         else:
             pairs = [(body.source, target) for target in body.targets]
-        unique = list(dict.fromkeys(text for pair in pairs for text in pair))
-        position = {text: i for i, text in enumerate(unique)}
-        left = [position[a] for a, _ in pairs]
-        right = [position[b] for _, b in pairs]
+        unique, left, right = distinct_texts(pairs)
         encoded = await batcher.encode(engine, unique)
         scores = await batcher.run(engine.score_pairs, encoded.embeddings, left, right)
         lambda_inf = settings.lambda_inf if body.lambda_ is None else body.lambda_

@@ -6,10 +6,14 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import httpx
 import pytest
+import redis
+
+from service.settings import Settings
 
 
 def free_port() -> int:
@@ -21,6 +25,7 @@ def free_port() -> int:
 @pytest.mark.slow
 def test_serve_starts_uvicorn_and_stops_cleanly(tmp_path: Path):
     port = free_port()
+    prefix = f"rankserve-test-serve-{uuid.uuid4().hex[:8]}"
     no_documents = tmp_path / "empty.jsonl"
     no_documents.touch()
     env = {
@@ -29,7 +34,7 @@ def test_serve_starts_uvicorn_and_stops_cleanly(tmp_path: Path):
         "RANKSERVE_ANCHOR_COUNT": "16",
         "RANKSERVE_DEVICE": "cpu",
         "RANKSERVE_DEMO_CORPUS": str(no_documents),
-        "RANKSERVE_REDIS_PREFIX": f"rankserve-test-serve-{port}",
+        "RANKSERVE_REDIS_PREFIX": prefix,
     }
     process = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "serve", "--host", "127.0.0.1", "--port", str(port)],
@@ -57,5 +62,9 @@ def test_serve_starts_uvicorn_and_stops_cleanly(tmp_path: Path):
     finally:
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=120)
+        store = redis.Redis.from_url(Settings().redis_url)
+        for key in store.scan_iter(match=f"{prefix}:*"):
+            store.delete(key)
+        store.close()
     assert process.returncode == 0, output
     assert "Application shutdown complete" in output

@@ -242,7 +242,9 @@ def test_anchor_source_documents_is_shared_and_follows_the_seed(engine: Engine, 
     [
         ("get", "/documents/unknown-id", None, 404, "no document with id 'unknown-id'"),
         ("delete", "/documents/unknown-id", None, 404, "no document with id 'unknown-id'"),
-        ("get", "/documents/bad%20id", None, 422, "String should match pattern"),
+        ("get", "/documents/bad%20id", None, 404, "Not Found"),
+        ("get", "/documents/delete", None, 405, "Method Not Allowed"),
+        ("post", "/documents", {"documents": [{"id": "delete", "text": "t"}]}, 422, "reserved"),
         ("post", "/documents", {"documents": []}, 422, "at least 1 item"),
         (
             "post",

@@ -12,6 +12,7 @@ the anchors drawn from the same clusters): cost depends on N, M and the dimensio
 vectors' content. Encoding the query is not included (see bench.scoring).
 
     python -m bench.search [--sizes 10000 100000 1000000] [--queries 100] [--anchors 10000]
+                           [--threads N]
 """
 
 import argparse
@@ -110,7 +111,12 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--anchors", type=int, default=10_000)
     parser.add_argument("--nprobe", type=int, default=32)
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads; default: torch's own (cores)"
+    )
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
     exact_rss_accounting()
     console = Console(width=160)

@@ -42,6 +42,8 @@ ANCHORS = "anchors.npy"
 ANCHOR_TEXTS = "anchor-texts.json"
 CORPUS = "corpus.npy"
 CORPUS_IDS = "corpus-ids.json"
+REPORT_DIR = "report"  # diagnostics of the version: report.json plus its PNG charts
+REPORT_JSON = "report.json"
 FORMAT = 1
 _TMP_PREFIX = ".tmp-"
 
@@ -69,6 +71,10 @@ class BundleNotFoundError(BundleError, FileNotFoundError):
 
 class BundleExistsError(BundleError, FileExistsError):
     pass
+
+
+class ReportNotFoundError(BundleError, FileNotFoundError):
+    """The bundle exists but carries no diagnostics report."""
 
 
 class CorruptBundleError(BundleError):
@@ -240,8 +246,13 @@ class BundleStore:
         method: str | None = None,
         parent: str | None = None,
         metrics: dict[str, Any] | None = None,
+        report: Path | None = None,
     ) -> Manifest:
-        """Write a complete bundle for `version`, or nothing at all."""
+        """Write a complete bundle for `version`, or nothing at all.
+
+        `report` is a folder holding REPORT_JSON and the charts it names; it is checksummed
+        like every other file.
+        """
         final = self.path_for(version)
         if final.exists():
             raise BundleExistsError(f"bundle {version!r} already exists")
@@ -261,6 +272,8 @@ class BundleStore:
             if corpus is not None:
                 _save_matrix(tmp / CORPUS, corpus.embeddings)
                 _write_json(tmp / CORPUS_IDS, corpus.ids)
+            if report is not None:
+                shutil.copytree(report, tmp / REPORT_DIR, symlinks=False)
             files = _bundle_files(tmp)
             manifest = Manifest(
                 version=version,
@@ -293,6 +306,15 @@ class BundleStore:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return manifest
+
+    def report(self, version: str) -> tuple[dict[str, Any], Path]:
+        """The diagnostics stored with `version`, and the folder holding their charts."""
+        self.manifest(version)
+        folder = self.path_for(version) / REPORT_DIR
+        path = folder / REPORT_JSON
+        if not path.is_file():
+            raise ReportNotFoundError(f"bundle {version!r} has no diagnostics report")
+        return json.loads(path.read_text(encoding="utf-8")), folder
 
     def verify(self, version: str) -> Manifest:
         """The manifest, after every file has been re-hashed and matched against it."""

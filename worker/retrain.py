@@ -8,8 +8,8 @@ It runs in the RQ work horse. Steps and where their output goes:
 3. the trainer evaluates parent and student on the dev sets (STS-B dev, SICK trial) with
    cosine and Eq. 7; the gate compares the Eq. 7 average ("blend" / PRIMARY_METRIC);
 4. bundle: student weights, its anchor embeddings, its embeddings of every document at the
-   corpus revision read before the scan; the gate's decision and all metrics go into the
-   manifest, promoted or not;
+   corpus revision read before the scan, its diagnostics report (worker/report.py); the
+   gate's decision and all metrics go into the manifest, promoted or not;
 5. promote: set the active-version key and publish a notice (service/versions.py).
 The first job also bundles the settings checkpoint itself as `base-<checksum>`, so that an
 operator can roll back to where the service started.
@@ -43,6 +43,7 @@ from service.redis_keys import RedisKeys
 from service.settings import Settings, get_settings
 from service.versions import activate, active_version
 from worker.queue import ProgressReporter, parse_request
+from worker.report import write_report
 
 GATED_SCORING = "blend"  # Eq. 7, what the service serves
 _PROMOTION_ATTEMPTS = 5
@@ -263,6 +264,9 @@ def _retrain(
     version = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{parsed.value}-{job_id[:8]}"
     candidate = primary_score(dev_metrics["student"])
 
+    progress.phase("diagnosing")
+    report = write_report(settings, version, student, anchors, out_dir / "report")
+
     progress.phase("promoting")
     parent_score = primary_score(dev_metrics["base"])
 
@@ -286,6 +290,7 @@ def _retrain(
         corpus=corpus,
         method=parsed.value,
         parent=parent,
+        report=report,
         metrics={
             "dev": dev_metrics["student"],
             "parent_dev": dev_metrics["base"],

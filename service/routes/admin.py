@@ -1,21 +1,29 @@
 """/admin: retrain jobs and model versions, behind the admin token (not the API key).
 
 POST /admin/retrain, GET /admin/jobs, GET and DELETE /admin/jobs/{id}, GET /admin/models,
-POST /admin/models/{version}/activate. Without RANKSERVE_ADMIN_TOKEN every route is a 403;
+POST /admin/models/{version}/activate, GET /admin/models/{version}/report (and its charts).
+Without RANKSERVE_ADMIN_TOKEN every route is a 403;
 with it, a request without the token is a 401. Handlers are plain functions: FastAPI runs
 them in its thread pool, where RQ's synchronous Redis calls belong.
 """
 
 import hmac
 import json
+import pathlib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Request
+from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
-from models.registry import BundleError, BundleNotFoundError, InvalidVersionError
+from models.registry import (
+    BundleError,
+    BundleNotFoundError,
+    InvalidVersionError,
+    ReportNotFoundError,
+)
 from service.dependencies import SettingsDep
 from service.errors import (
     ConflictError,
@@ -141,6 +149,23 @@ class ModelsResponse(BaseModel):
 class ActivateResponse(BaseModel):
     active: str
     previous: str | None
+
+
+class ReportResponse(BaseModel):
+    version: str
+    report: dict[str, Any]  # HEROS, geometry, ranking, similar pairs (worker/report.py)
+    charts: dict[str, str]  # chart name -> URL of its PNG
+
+
+def _stored_report(ops: Operations, version: str) -> tuple[dict[str, Any], pathlib.Path]:
+    try:
+        return ops.store.report(version)
+    except InvalidVersionError as error:
+        raise InvalidRequestError(str(error)) from None
+    except (BundleNotFoundError, ReportNotFoundError) as error:
+        raise NotFoundError(str(error)) from None
+    except BundleError as error:
+        raise ConflictError(f"bundle {version!r} is unusable: {error}") from None
 
 
 def _redis_down(error: RedisError) -> StoreUnavailableError:
@@ -287,5 +312,39 @@ def build_router(settings: Settings) -> APIRouter:
         except RedisError as error:
             raise _redis_down(error) from None
         return ActivateResponse(active=version, previous=previous)
+
+    @router.get(
+        "/models/{version}/report",
+        response_model=ReportResponse,
+        responses=error_responses(InvalidRequestError, NotFoundError, ConflictError),
+    )
+    def report(version: str, request: Request, ops: OperationsDep) -> ReportResponse:
+        """The diagnostics the worker stored with this version, with links to its charts."""
+        data, _ = _stored_report(ops, version)
+        charts = {
+            name: str(request.url_for("admin_report_chart", version=version, chart=file))
+            for name, file in data.get("charts", {}).items()
+        }
+        return ReportResponse(version=version, report=data, charts=charts)
+
+    @router.get(
+        "/models/{version}/report/{chart}",
+        name="admin_report_chart",
+        response_class=FileResponse,
+        responses={
+            200: {"content": {"image/png": {}}, "description": "the chart"},
+            **error_responses(InvalidRequestError, NotFoundError, ConflictError),
+        },
+    )
+    def report_chart(
+        version: str,
+        chart: Annotated[str, Path(pattern=r"^[a-z0-9-]{1,64}\.png$")],
+        ops: OperationsDep,
+    ) -> FileResponse:
+        """One PNG chart of a version's report (only files the report names are served)."""
+        data, folder = _stored_report(ops, version)
+        if chart not in data.get("charts", {}).values():
+            raise NotFoundError(f"the report of {version!r} has no chart {chart!r}")
+        return FileResponse(folder / chart, media_type="image/png")
 
     return router

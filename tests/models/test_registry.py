@@ -19,11 +19,14 @@ from models.registry import (
     CORPUS,
     ENCODER_DIR,
     MANIFEST,
+    REPORT_DIR,
+    REPORT_JSON,
     BundleExistsError,
     BundleStore,
     CorpusSnapshot,
     CorruptBundleError,
     InvalidVersionError,
+    ReportNotFoundError,
     validate_version,
 )
 
@@ -233,3 +236,27 @@ def test_stale_temporaries_are_removed_fresh_ones_kept(tmp_path: Path):
     assert store.remove_stale_temporaries(older_than_s=3600) == [stale]
     assert not stale.exists() and fresh.exists()
     assert store.versions() == []
+
+
+def test_a_report_folder_travels_with_the_bundle_and_is_checksummed(
+    tmp_path: Path, encoder: Encoder, anchors: AnchorSet
+) -> None:
+    folder = tmp_path / "report"
+    folder.mkdir()
+    (folder / REPORT_JSON).write_text(json.dumps({"charts": {"heros": "heros.png"}, "x": 1}))
+    (folder / "heros.png").write_bytes(b"\x89PNG fake chart")
+    store = BundleStore(tmp_path / "store")
+    manifest = store.write("r1", encoder=encoder, anchors=anchors, report=folder)
+    assert f"{REPORT_DIR}/{REPORT_JSON}" in manifest.files
+    assert f"{REPORT_DIR}/heros.png" in manifest.files
+    data, stored = store.report("r1")
+    assert data == {"charts": {"heros": "heros.png"}, "x": 1}
+    assert (stored / "heros.png").read_bytes() == b"\x89PNG fake chart"
+    (stored / "heros.png").write_bytes(b"tampered")
+    with pytest.raises(CorruptBundleError):
+        store.verify("r1")
+
+
+def test_a_bundle_without_report_says_so(written: BundleStore) -> None:
+    with pytest.raises(ReportNotFoundError, match="no diagnostics report"):
+        written.report("v1")

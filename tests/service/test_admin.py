@@ -22,9 +22,10 @@ from models.encoder import Encoder
 from models.registry import ANCHORS, ENCODER_DIR, MANIFEST, BundleStore
 from service.engine import Engine
 from service.redis_keys import RedisKeys
-from service.settings import Settings
+from service.settings import DATA_DIR, Settings
 from tests.service.conftest import Server, fixed_engine, make_settings, serve
 from tests.worker.conftest import delete_queue_keys, wait_for
+from worker.report import write_report
 
 pytestmark = pytest.mark.slow
 
@@ -32,13 +33,26 @@ ADMIN_TOKEN = "admin-token-0123456789"
 ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
+def _small_dev_sets(root: Path) -> Path:
+    """The first 60 STS-B dev pairs: enough for every diagnostic, seconds to encode."""
+    target = root / "senteval" / "STS" / "STSBenchmark" / "sts-dev.csv"
+    target.parent.mkdir(parents=True)
+    lines = (DATA_DIR / "senteval" / "STS" / "STSBenchmark" / "sts-dev.csv").read_text()
+    target.write_text("\n".join(lines.splitlines()[:60]) + "\n")
+    return root
+
+
 @pytest.fixture(scope="module")
 def store_dir(tmp_path_factory: pytest.TempPathFactory, encoder: Encoder, anchors: AnchorSet):
-    """Two good bundles, one with truncated weights, one whose anchors have the wrong width."""
+    """Two good bundles, one with truncated weights, one whose anchors have the wrong width,
+    and one carrying the diagnostics report the worker writes."""
     root = tmp_path_factory.mktemp("ops") / "store"
     store = BundleStore(root)
     for version in ("v1", "v2", "truncated", "narrow"):
         store.write(version, encoder=encoder, anchors=anchors, method="simcse", parent="base")
+    report_settings = make_settings(root.parent / "var", data_dir=_small_dev_sets(root.parent))
+    report = write_report(report_settings, "reported", encoder, anchors, root.parent / "report")
+    store.write("reported", encoder=encoder, anchors=anchors, method="simcse", report=report)
     weights = store.path_for("truncated") / ENCODER_DIR / "model.safetensors"
     with weights.open("r+b") as handle:
         handle.truncate(1000)
@@ -260,7 +274,13 @@ def test_activate_refuse_and_roll_back(admin, admin_server: Server, engine: Engi
     wait_for(lambda: _serving(admin_server) == "v1", 60, "the replica never rolled back")
     models = admin.get("/admin/models").json()
     assert [entry["version"] for entry in models["history"][:4]] == ["v1", "narrow", "v2", "v1"]
-    assert {v["version"] for v in models["versions"]} == {"v1", "v2", "truncated", "narrow"}
+    assert {v["version"] for v in models["versions"]} == {
+        "v1",
+        "v2",
+        "truncated",
+        "narrow",
+        "reported",
+    }
     assert [v["version"] for v in models["versions"] if v["active"]] == ["v1"]
     assert _swaps(admin_server, "swapped") == 3
 
@@ -287,3 +307,26 @@ def test_symlinked_bundle_leaving_the_store_is_refused(admin, store_dir: Path, t
         assert "link or resolves outside" in response.json()["error"]["message"]
     finally:
         link.unlink()
+
+
+def test_a_versions_diagnostics_report_and_its_charts(admin):
+    response = admin.get("/admin/models/reported/report")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["version"] == "reported"
+    assert {"heros", "geometry", "ranking", "similar_pairs"} <= set(body["report"])
+    assert set(body["charts"]) == {"heros", "geometry", "similar_pairs"}
+    for url in body["charts"].values():
+        chart = admin.get(url)
+        assert chart.status_code == 200
+        assert chart.headers["content-type"] == "image/png"
+        assert chart.content.startswith(b"\x89PNG")
+
+
+def test_report_errors(admin):
+    no_report = admin.get("/admin/models/v1/report")
+    assert no_report.status_code == 404
+    assert "no diagnostics report" in no_report.json()["error"]["message"]
+    assert admin.get("/admin/models/missing/report").status_code == 404
+    assert admin.get("/admin/models/reported/report/other.png").status_code == 404
+    assert admin.get("/admin/models/.hidden/report").status_code == 422

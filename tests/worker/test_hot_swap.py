@@ -211,6 +211,11 @@ def test_retrain_swaps_every_replica_without_a_failed_request(cluster: Cluster):
     assert by_version[version]["metrics"]["gate"]["candidate"] == result["gate"]["candidate"]
     assert by_version[version]["corpus_revision"] is not None
     assert [r["version"] for r in models["replicas"].values()] == [version, version]
+    report = httpx.get(
+        f"{cluster.replicas[0]}/admin/models/{version}/report", headers=ADMIN, timeout=30
+    ).json()
+    assert report["report"]["model"] == version
+    assert {"heros", "geometry", "similar_pairs"} <= set(report["charts"])
 
 
 def test_sigkilled_worker_mid_job_is_retried_and_serving_goes_on(cluster: Cluster):

@@ -7,11 +7,12 @@ One run measures, on the same machine and the same Wikipedia sentences:
   (c) the same 16 clients sending 8 texts per request.
 The three alternate in rounds (a b c a b c ...), so that a neighbour's load on a shared
 machine weighs on all three alike; totals over the rounds give sentences/s. It prints those,
-request latency p50/p99, the ratio to (a), the mean batch the dynamic batcher formed (from
-/metrics), and the clients' CPU per request: the clients run in this process, on the same
-cores as the server, so their HTTP work is part of what is measured.
+request latency p50/p99, the ratio to (a) overall and per round (how far a busy neighbour
+moved it), the mean batch the dynamic batcher formed (from /metrics), and the clients' CPU
+per request: the clients run in this process, on the same cores as the server, so their HTTP
+work is part of what is measured.
 
-    python -m bench.serving [--seconds 10] [--rounds 3] [--clients 16] [--texts 8]
+    python -m bench.serving [--seconds 10] [--rounds 5] [--clients 16] [--texts 8]
 """
 
 import argparse
@@ -55,6 +56,12 @@ class Tally:
     batched_texts: float = 0.0
     batches: float = 0.0
     client_cpu_s: float = 0.0
+    round_rates: list[float] = field(default_factory=list)  # sentences/s in each round
+
+    def add_round(self, sentences: int, seconds: float) -> None:
+        self.sentences += sentences
+        self.seconds += seconds
+        self.round_rates.append(sentences / seconds)
 
     @property
     def per_second(self) -> float:
@@ -108,14 +115,15 @@ def in_process(
         sentences[i : i + BASELINE_BATCH]
         for i in range(0, len(sentences) - BASELINE_BATCH + 1, BASELINE_BATCH)
     ]
+    done = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         batch = batches[len(tally.latencies) % len(batches)]
         began = time.perf_counter()
         worker.submit(encoder.encode, batch, BASELINE_BATCH).result()
         tally.latencies.append(time.perf_counter() - began)
-        tally.sentences += len(batch)
-    tally.seconds += time.perf_counter() - start
+        done += len(batch)
+    tally.add_round(done, time.perf_counter() - start)
 
 
 def batch_totals(url: str) -> tuple[float, float]:
@@ -140,8 +148,10 @@ async def http_clients(
     headers = {"content-type": "application/json"}
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
+        done = 0
 
         async def client(offset: int, until: float, record: bool) -> None:
+            nonlocal done
             sent = offset
             while time.perf_counter() < until:
                 began = time.perf_counter()
@@ -151,14 +161,14 @@ async def http_clients(
                 response.raise_for_status()
                 if record:
                     tally.latencies.append(time.perf_counter() - began)
-                    tally.sentences += per_request
+                    done += per_request
                 sent += clients
 
         warm_until = time.perf_counter() + 1  # connections open, the server's queue full
         await asyncio.gather(*(client(i, warm_until, False) for i in range(clients)))
         start, cpu_start = time.perf_counter(), time.process_time()
         await asyncio.gather(*(client(i, start + seconds, True) for i in range(clients)))
-        tally.seconds += time.perf_counter() - start
+        tally.add_round(done, time.perf_counter() - start)
         tally.client_cpu_s += time.process_time() - cpu_start
 
 
@@ -175,7 +185,7 @@ def over_http(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per scenario and round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--texts", type=int, default=8, help="texts per request in (c)")
     args = parser.parse_args()
@@ -183,9 +193,7 @@ def main() -> None:
     sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")[:4096]
     settings = get_settings()
     # The server's threading: the model loads off the main thread and one worker thread runs
-    # every forward pass. On the shared 2-core machine, encoding on the main thread of a
-    # process that loaded the model there measured ~1.5x slower (OpenMP scheduling under
-    # load), which would flatter the HTTP ratios.
+    # every forward pass, so (a) differs from (b) and (c) by HTTP and batching only.
     worker = ThreadPoolExecutor(max_workers=1)
     with ThreadPoolExecutor(max_workers=1) as loader:
         encoder = loader.submit(load_encoder, settings.model_path, device=settings.device).result()
@@ -212,7 +220,16 @@ def main() -> None:
         f" {limits['batch_wait_ms']} ms, at most {limits['max_batch_size']} texts /"
         f" {limits['max_batch_tokens']} padded tokens"
     )
-    columns = ("scenario", "sentences/s", "p50 ms", "p99 ms", "vs (a)", "mean batch", "client ms")
+    columns = (
+        "scenario",
+        "sentences/s",
+        "p50 ms",
+        "p99 ms",
+        "vs (a)",
+        "vs (a) per round",
+        "mean batch",
+        "client ms",
+    )
     for column in columns:
         table.add_column(column, justify="right")
     for tally in (baseline, single, several):
@@ -223,6 +240,10 @@ def main() -> None:
             f"{percentile(tally.latencies, 50) * 1e3:.1f}",
             f"{percentile(tally.latencies, 99) * 1e3:.1f}",
             f"{tally.per_second / baseline.per_second:.0%}",
+            " ".join(
+                f"{rate / base:.0%}"
+                for rate, base in zip(tally.round_rates, baseline.round_rates, strict=True)
+            ),
             f"{tally.batched_texts / tally.batches:.1f}" if http else "-",
             f"{tally.client_cpu_s / len(tally.latencies) * 1e3:.2f}" if http else "-",
         )

@@ -90,10 +90,22 @@ class Settings(BaseSettings):
         default=120.0, ge=0.0, description="SIGTERM: wait this long for the job, then requeue it"
     )
 
-    @field_validator("admin_token", mode="before")
+    @field_validator(
+        "model_path",
+        "device",
+        "max_seq_length",
+        "anchor_count",
+        "anchor_seed",
+        "api_key",
+        "demo_corpus",
+        "store_dir",
+        "admin_token",
+        mode="before",
+    )
     @classmethod
-    def _blank_token_is_none(cls, value: object) -> object:
-        # docker-compose passes an unset variable through as "", which must not be a token.
+    def _blank_is_none(cls, value: object) -> object:
+        # An empty variable means "the None default's meaning": docker-compose passes an unset
+        # variable through as "", which must not become a token, the path "." or a parse error.
         return None if isinstance(value, str) and not value.strip() else value
 
     @property

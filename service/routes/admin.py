@@ -2,8 +2,8 @@
 
 POST /admin/retrain, GET /admin/jobs, GET and DELETE /admin/jobs/{id}, GET /admin/models,
 POST /admin/models/{version}/activate, GET /admin/models/{version}/report (and its charts).
-Without RANKSERVE_ADMIN_TOKEN every route is a 403;
-with it, a request without the token is a 401. Handlers are plain functions: FastAPI runs
+A request without a token, or with a wrong one, is a 401; without RANKSERVE_ADMIN_TOKEN
+set, any token gets a 403. Handlers are plain functions: FastAPI runs
 them in its thread pool, where RQ's synchronous Redis calls belong.
 """
 
@@ -19,11 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from redis.exceptions import RedisError
 
 from models.registry import (
+    VERSION_PATTERN,
     BundleError,
     BundleNotFoundError,
     InvalidVersionError,
     ReportNotFoundError,
 )
+from models.training.config import Method
 from service.dependencies import SettingsDep
 from service.errors import (
     ConflictError,
@@ -61,12 +63,16 @@ def require_admin(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(admin_scheme)],
 ) -> None:
+    # A request without credentials is unauthenticated (401) whether or not admin is enabled;
+    # 403 tells a caller who did present a token that no token can open this API.
+    if credentials is None:
+        raise UnauthorizedError("a valid admin token is required (Authorization: Bearer)")
     if settings.admin_token is None:
         raise ForbiddenError("the admin API is disabled: set RANKSERVE_ADMIN_TOKEN to enable it")
     expected = settings.admin_token.get_secret_value().encode()
-    given = credentials.credentials.encode() if credentials is not None else b""
-    # compare_digest's time depends only on the length of `given`, never on where they differ.
-    if credentials is None or not hmac.compare_digest(given, expected):
+    # compare_digest's time depends only on the length of the token given, never on where
+    # the two differ.
+    if not hmac.compare_digest(credentials.credentials.encode(), expected):
         raise UnauthorizedError("a valid admin token is required (Authorization: Bearer)")
 
 
@@ -79,16 +85,23 @@ def get_operations(request: Request) -> Operations:
 
 OperationsDep = Annotated[Operations, Depends(get_operations)]
 JobId = Annotated[str, Path(pattern=JOB_ID_PATTERN, description="as returned by /admin/retrain")]
+# The registry's rule, stated in the schema too: a name that cannot be one safe path component
+# (traversal, absolute, hidden) is a 422 before any handler touches the store.
+Version = Annotated[
+    str, Path(pattern=f"^{VERSION_PATTERN.pattern}$", description="a bundle's version name")
+]
 
 
 class RetrainBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    method: str = Field(description="simcse, rankencoder, rankcse-listnet, rankcse-listmle, mnrl")
+    method: Method
     params: dict[str, Any] = Field(
         default_factory=dict, description="TrainConfig overrides of the CPU recipe"
     )
-    force: bool = Field(default=False, description="promote even if the dev metric is lower")
+    force: bool = Field(
+        default=False, strict=True, description="promote even if the dev metric is lower"
+    )
     teachers: list[str] = Field(
         default_factory=list, description="installed teacher names; 'default' = packaged MiniLM"
     )
@@ -190,10 +203,10 @@ def build_router(settings: Settings) -> APIRouter:
     def retrain(body: RetrainBody, ops: OperationsDep) -> RetrainAccepted:
         """Queue a retrain job; the worker trains, gates, bundles and (maybe) promotes."""
         try:
-            parse_request(body.method, body.params, body.teachers, ops.settings)
+            parse_request(body.method.value, body.params, body.teachers, ops.settings)
         except RetrainRequestError as error:
             raise InvalidRequestError(str(error)) from None
-        request = RetrainRequest(body.method, body.params, body.force, body.teachers)
+        request = RetrainRequest(body.method.value, body.params, body.force, body.teachers)
         try:
             job = submit(ops.queue, request, ops.settings)
         except RedisError as error:
@@ -288,7 +301,7 @@ def build_router(settings: Settings) -> APIRouter:
         response_model=ActivateResponse,
         responses=error_responses(InvalidRequestError, NotFoundError, ConflictError),
     )
-    def activate_version(version: str, ops: OperationsDep) -> ActivateResponse:
+    def activate_version(version: Version, ops: OperationsDep) -> ActivateResponse:
         """Roll back or forward: verify the bundle's checksums, then make it the active one.
 
         `version` is matched as a path so that names with slashes reach the validation (and
@@ -318,7 +331,7 @@ def build_router(settings: Settings) -> APIRouter:
         response_model=ReportResponse,
         responses=error_responses(InvalidRequestError, NotFoundError, ConflictError),
     )
-    def report(version: str, request: Request, ops: OperationsDep) -> ReportResponse:
+    def report(version: Version, request: Request, ops: OperationsDep) -> ReportResponse:
         """The diagnostics the worker stored with this version, with links to its charts."""
         data, _ = _stored_report(ops, version)
         charts = {
@@ -337,7 +350,7 @@ def build_router(settings: Settings) -> APIRouter:
         },
     )
     def report_chart(
-        version: str,
+        version: Version,
         chart: Annotated[str, Path(pattern=r"^[a-z0-9-]{1,64}\.png$")],
         ops: OperationsDep,
     ) -> FileResponse:

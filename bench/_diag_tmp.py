@@ -1,0 +1,264 @@
+"""Serving throughput: HTTP /encode under concurrent clients vs in-process batch-64 encoding.
+
+One run measures, on the same machine and the same Wikipedia sentences:
+  (a) the baseline: the same model encoding batches of 64 in this process, no HTTP;
+  (b) `rankserve serve` (started here, real uvicorn on a free port) with 16 concurrent
+      clients, each sending one text per request;
+  (c) the same 16 clients sending 8 texts per request.
+The three alternate in rounds (a b c a b c ...), so that a neighbour's load on a shared
+machine weighs on all three alike; totals over the rounds give sentences/s. It prints those,
+request latency p50/p99, the ratio to (a) overall and per round (how far a busy neighbour
+moved it), the mean batch the dynamic batcher formed (from /metrics), and the clients' CPU
+per request: the clients run in this process, on the same cores as the server, so their HTTP
+work is part of what is measured.
+
+    python -m bench.serving [--seconds 10] [--rounds 5] [--clients 16] [--texts 8]
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import torch
+from prometheus_client.parser import text_string_to_metric_families
+from rich.console import Console
+from rich.table import Table
+
+from bench.timing import percentile
+from models.anchors import read_sentences
+from models.encoder import Encoder, load_encoder
+from service.settings import DATA_DIR, get_settings
+
+BASELINE_BATCH = 64
+
+
+@dataclass
+class Tally:
+    """One scenario's totals over every round."""
+
+    label: str
+    sentences: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    batched_texts: float = 0.0
+    batches: float = 0.0
+    client_cpu_s: float = 0.0
+    round_rates: list[float] = field(default_factory=list)  # sentences/s in each round
+
+    def add_round(self, sentences: int, seconds: float) -> None:
+        self.sentences += sentences
+        self.seconds += seconds
+        self.round_rates.append(sentences / seconds)
+
+    @property
+    def per_second(self) -> float:
+        return self.sentences / self.seconds
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def running_service(port: int) -> Iterator[str]:
+    """`rankserve serve` in a subprocess, ready; stopped with SIGINT afterwards."""
+    scratch = tempfile.TemporaryDirectory()
+    no_documents = Path(scratch.name) / "empty.jsonl"
+    no_documents.touch()
+    env = {key: value for key, value in os.environ.items() if key != "RANKSERVE_API_KEY"}
+    # No demo documents to index and keys of its own: nothing but /encode runs in the server.
+    env.update(RANKSERVE_DEMO_CORPUS=str(no_documents), RANKSERVE_REDIS_PREFIX="rankserve-bench")
+    command = [sys.executable, "-m", "cli.main", "serve", "--port", str(port)]
+    process = subprocess.Popen([*command, "--log-level", "warning"], env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 900  # a first start encodes the anchors (~1 min)
+        with httpx.Client(base_url=url, timeout=5) as http:
+            while True:
+                if process.poll() is not None:
+                    raise RuntimeError(f"rankserve serve exited with {process.returncode}")
+                try:
+                    if http.get("/ready").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise TimeoutError("rankserve serve did not become ready")
+                time.sleep(0.5)
+        yield url
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=120)
+        scratch.cleanup()
+
+
+def in_process(
+    tally: Tally, worker: ThreadPoolExecutor, encoder: Encoder, sentences: list[str], seconds: float
+) -> None:
+    """(a) Batches of 64 through the encoder on `worker`, one call per batch, for `seconds`."""
+    batches = [
+        sentences[i : i + BASELINE_BATCH]
+        for i in range(0, len(sentences) - BASELINE_BATCH + 1, BASELINE_BATCH)
+    ]
+    done = 0
+    cpu0 = time.process_time()
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        batch = batches[len(tally.latencies) % len(batches)]
+        began = time.perf_counter()
+        worker.submit(encoder.encode, batch, BASELINE_BATCH).result()
+        tally.latencies.append(time.perf_counter() - began)
+        done += len(batch)
+    tally.add_round(done, time.perf_counter() - start)
+    print("a cpu%", round((time.process_time() - cpu0) / (time.perf_counter() - start) * 100), flush=True)
+
+
+def batch_totals(url: str) -> tuple[float, float]:
+    """(texts, batches) the server's batcher has formed so far."""
+    text = httpx.get(f"{url}/metrics").text
+    values = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    return values["rankserve_batch_size_sum"], values["rankserve_batch_size_count"]
+
+
+async def http_clients(
+    tally: Tally, url: str, sentences: list[str], clients: int, per_request: int, seconds: float
+) -> None:
+    """`clients` concurrent loops of POST /encode, `per_request` texts each, for `seconds`."""
+    bodies = [
+        json.dumps({"texts": sentences[i : i + per_request]}).encode()
+        for i in range(0, len(sentences) - per_request + 1, per_request)
+    ]
+    headers = {"content-type": "application/json"}
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
+        done = 0
+
+        async def client(offset: int, until: float, record: bool) -> None:
+            nonlocal done
+            sent = offset
+            while time.perf_counter() < until:
+                began = time.perf_counter()
+                response = await http.post(
+                    "/encode", content=bodies[sent % len(bodies)], headers=headers
+                )
+                response.raise_for_status()
+                if record:
+                    tally.latencies.append(time.perf_counter() - began)
+                    done += per_request
+                sent += clients
+
+        warm_until = time.perf_counter() + 1  # connections open, the server's queue full
+        await asyncio.gather(*(client(i, warm_until, False) for i in range(clients)))
+        start, cpu_start = time.perf_counter(), time.process_time()
+        await asyncio.gather(*(client(i, start + seconds, True) for i in range(clients)))
+        tally.add_round(done, time.perf_counter() - start)
+        tally.client_cpu_s += time.process_time() - cpu_start
+
+
+def server_cpu() -> float:
+    pid = subprocess.run(["pgrep", "-f", "cli.main serve --port"], capture_output=True, text=True).stdout.split()[0]
+    f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def over_http(
+    tally: Tally, url: str, sentences: list[str], clients: int, per_request: int, seconds: float
+) -> None:
+    c0 = server_cpu(); w0 = time.perf_counter()
+    texts_before, batches_before = batch_totals(url)
+    asyncio.run(http_clients(tally, url, sentences, clients, per_request, seconds))
+    texts_after, batches_after = batch_totals(url)
+    print(tally.label[:4], "server cpu%", round((server_cpu() - c0) / (time.perf_counter() - w0) * 100), flush=True)
+    tally.batched_texts += texts_after - texts_before
+    tally.batches += batches_after - batches_before
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0, help="per scenario and round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--texts", type=int, default=8, help="texts per request in (c)")
+    args = parser.parse_args()
+
+    sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")[:4096]
+    settings = get_settings()
+    # The server's threading: the model loads off the main thread and one worker thread runs
+    # every forward pass, so (a) differs from (b) and (c) by HTTP and batching only.
+    worker = ThreadPoolExecutor(max_workers=1)
+    with ThreadPoolExecutor(max_workers=1) as loader:
+        encoder = loader.submit(load_encoder, settings.model_path, device=settings.device).result()
+    worker.submit(encoder.encode, sentences[:BASELINE_BATCH]).result()  # warm-up
+    baseline = Tally(f"(a) in-process, batch {BASELINE_BATCH}")
+    single = Tally(f"(b) HTTP, {args.clients} clients x 1 text")
+    several = Tally(f"(c) HTTP, {args.clients} clients x {args.texts} texts")
+    with running_service(free_port()) as url:
+        info = httpx.get(f"{url}/info").json()
+        scenarios: list[Callable[[], None]] = [
+            lambda: in_process(baseline, worker, encoder, sentences, args.seconds),
+            lambda: over_http(single, url, sentences, args.clients, 1, args.seconds),
+            lambda: over_http(several, url, sentences, args.clients, args.texts, args.seconds),
+        ]
+        for _ in range(args.rounds):
+            for scenario in scenarios:
+                scenario()
+    worker.shutdown()
+
+    limits = info["limits"]
+    table = Table(
+        title=f"{info['model_name']} on {info['device']}, {torch.get_num_threads()} torch threads,"
+        f" {os.cpu_count()} CPUs, {args.rounds} rounds of {args.seconds:g} s; batching: wait"
+        f" {limits['batch_wait_ms']} ms, at most {limits['max_batch_size']} texts /"
+        f" {limits['max_batch_tokens']} padded tokens"
+    )
+    columns = (
+        "scenario",
+        "sentences/s",
+        "p50 ms",
+        "p99 ms",
+        "vs (a)",
+        "vs (a) per round",
+        "mean batch",
+        "client ms",
+    )
+    for column in columns:
+        table.add_column(column, justify="right")
+    for tally in (baseline, single, several):
+        http = tally is not baseline
+        table.add_row(
+            tally.label,
+            f"{tally.per_second:.1f}",
+            f"{percentile(tally.latencies, 50) * 1e3:.1f}",
+            f"{percentile(tally.latencies, 99) * 1e3:.1f}",
+            f"{tally.per_second / baseline.per_second:.0%}",
+            " ".join(
+                f"{rate / base:.0%}"
+                for rate, base in zip(tally.round_rates, baseline.round_rates, strict=True)
+            ),
+            f"{tally.batched_texts / tally.batches:.1f}" if http else "-",
+            f"{tally.client_cpu_s / len(tally.latencies) * 1e3:.2f}" if http else "-",
+        )
+    Console(width=120).print(table)
+
+
+if __name__ == "__main__":
+    main()

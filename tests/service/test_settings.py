@@ -1,0 +1,24 @@
+import pytest
+
+from service.settings import Settings
+
+
+def test_environment_variables_use_the_rankserve_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANKSERVE_ANCHOR_COUNT", "500")
+    monkeypatch.setenv("RANKSERVE_LAMBDA_INF", "0.25")
+    settings = Settings()
+    assert (settings.anchor_count, settings.lambda_inf) == (500, 0.25)
+
+
+@pytest.mark.parametrize(
+    "name", ["ANCHOR_COUNT", "ANCHOR_SEED", "MODEL_PATH", "DEVICE", "API_KEY", "ADMIN_TOKEN"]
+)
+def test_an_empty_variable_means_none(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    monkeypatch.setenv(f"RANKSERVE_{name}", "")
+    assert getattr(Settings(), name.lower()) is None
+
+
+def test_out_of_range_lambda_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANKSERVE_LAMBDA_INF", "1.5")
+    with pytest.raises(ValueError, match="lambda_inf"):
+        Settings()

@@ -8,9 +8,10 @@ One run measures, on the same machine and the same Wikipedia sentences:
 The three alternate in rounds (a b c a b c ...), so that a neighbour's load on a shared
 machine weighs on all three alike; totals over the rounds give sentences/s. It prints those,
 request latency p50/p99, the ratio to (a) overall and per round (how far a busy neighbour
-moved it), the mean batch the dynamic batcher formed (from /metrics), and the clients' CPU
-per request: the clients run in this process, on the same cores as the server, so their HTTP
-work is part of what is measured.
+moved it), sentences per CPU-second of everything doing the work (for (b) and (c): server
+plus clients, from /proc), which a neighbour's load does not distort, the mean batch the
+dynamic batcher formed (from /metrics), and the clients' CPU per request: the clients run in
+this process, on the same cores as the server, so their HTTP work is part of what is measured.
 
     python -m bench.serving [--seconds 10] [--rounds 5] [--clients 16] [--texts 8]
 """
@@ -56,6 +57,7 @@ class Tally:
     batched_texts: float = 0.0
     batches: float = 0.0
     client_cpu_s: float = 0.0
+    cpu_s: float = 0.0  # CPU time of everything doing the work: encoder, server, clients
     round_rates: list[float] = field(default_factory=list)  # sentences/s in each round
 
     def add_round(self, sentences: int, seconds: float) -> None:
@@ -67,6 +69,22 @@ class Tally:
     def per_second(self) -> float:
         return self.sentences / self.seconds
 
+    @property
+    def per_cpu_second(self) -> float:
+        return self.sentences / self.cpu_s
+
+
+@dataclass(frozen=True)
+class Service:
+    url: str
+    pid: int
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -75,7 +93,7 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_service(port: int) -> Iterator[str]:
+def running_service(port: int) -> Iterator[Service]:
     """`rankserve serve` in a subprocess, ready; stopped with SIGINT afterwards."""
     scratch = tempfile.TemporaryDirectory()
     no_documents = Path(scratch.name) / "empty.jsonl"
@@ -87,23 +105,29 @@ def running_service(port: int) -> Iterator[str]:
     process = subprocess.Popen([*command, "--log-level", "warning"], env=env)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 900  # a first start encodes the anchors (~1 min)
+        deadline = time.monotonic() + 600  # a first start encodes the anchors (~1 min)
+        waiting_for = "no answer yet"
         with httpx.Client(base_url=url, timeout=5) as http:
             while True:
                 if process.poll() is not None:
                     raise RuntimeError(f"rankserve serve exited with {process.returncode}")
                 try:
-                    if http.get("/ready").status_code == 200:
+                    ready = http.get("/ready")
+                    if ready.status_code == 200:
                         break
+                    waiting_for = ready.json()["error"]["message"]
                 except httpx.TransportError:
                     pass
                 if time.monotonic() > deadline:
-                    raise TimeoutError("rankserve serve did not become ready")
+                    raise TimeoutError(f"rankserve serve did not become ready: {waiting_for}")
                 time.sleep(0.5)
-        yield url
+        yield Service(url, process.pid)
     finally:
         process.send_signal(signal.SIGINT)
-        process.wait(timeout=120)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
         scratch.cleanup()
 
 
@@ -116,7 +140,7 @@ def in_process(
         for i in range(0, len(sentences) - BASELINE_BATCH + 1, BASELINE_BATCH)
     ]
     done = 0
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         batch = batches[len(tally.latencies) % len(batches)]
         began = time.perf_counter()
@@ -124,6 +148,7 @@ def in_process(
         tally.latencies.append(time.perf_counter() - began)
         done += len(batch)
     tally.add_round(done, time.perf_counter() - start)
+    tally.cpu_s += time.process_time() - cpu_start
 
 
 def batch_totals(url: str) -> tuple[float, float]:
@@ -138,7 +163,12 @@ def batch_totals(url: str) -> tuple[float, float]:
 
 
 async def http_clients(
-    tally: Tally, url: str, sentences: list[str], clients: int, per_request: int, seconds: float
+    tally: Tally,
+    service: Service,
+    sentences: list[str],
+    clients: int,
+    per_request: int,
+    seconds: float,
 ) -> None:
     """`clients` concurrent loops of POST /encode, `per_request` texts each, for `seconds`."""
     bodies = [
@@ -147,7 +177,7 @@ async def http_clients(
     ]
     headers = {"content-type": "application/json"}
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
+    async with httpx.AsyncClient(base_url=service.url, limits=limits, timeout=60) as http:
         done = 0
 
         async def client(offset: int, until: float, record: bool) -> None:
@@ -167,22 +197,32 @@ async def http_clients(
         warm_until = time.perf_counter() + 1  # connections open, the server's queue full
         await asyncio.gather(*(client(i, warm_until, False) for i in range(clients)))
         start, cpu_start = time.perf_counter(), time.process_time()
+        server_cpu_start = cpu_seconds(service.pid)
         await asyncio.gather(*(client(i, start + seconds, True) for i in range(clients)))
         tally.add_round(done, time.perf_counter() - start)
-        tally.client_cpu_s += time.process_time() - cpu_start
+        client_cpu = time.process_time() - cpu_start
+        tally.client_cpu_s += client_cpu
+        tally.cpu_s += client_cpu + cpu_seconds(service.pid) - server_cpu_start
 
 
 def over_http(
-    tally: Tally, url: str, sentences: list[str], clients: int, per_request: int, seconds: float
+    tally: Tally,
+    service: Service,
+    sentences: list[str],
+    clients: int,
+    per_request: int,
+    seconds: float,
 ) -> None:
-    texts_before, batches_before = batch_totals(url)
-    asyncio.run(http_clients(tally, url, sentences, clients, per_request, seconds))
-    texts_after, batches_after = batch_totals(url)
+    texts_before, batches_before = batch_totals(service.url)
+    asyncio.run(http_clients(tally, service, sentences, clients, per_request, seconds))
+    texts_after, batches_after = batch_totals(service.url)
     tally.batched_texts += texts_after - texts_before
     tally.batches += batches_after - batches_before
 
 
 def main() -> None:
+    # A SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the server is stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per scenario and round")
     parser.add_argument("--rounds", type=int, default=5)
@@ -201,12 +241,12 @@ def main() -> None:
     baseline = Tally(f"(a) in-process, batch {BASELINE_BATCH}")
     single = Tally(f"(b) HTTP, {args.clients} clients x 1 text")
     several = Tally(f"(c) HTTP, {args.clients} clients x {args.texts} texts")
-    with running_service(free_port()) as url:
-        info = httpx.get(f"{url}/info").json()
+    with running_service(free_port()) as service:
+        info = httpx.get(f"{service.url}/info").json()
         scenarios: list[Callable[[], None]] = [
             lambda: in_process(baseline, worker, encoder, sentences, args.seconds),
-            lambda: over_http(single, url, sentences, args.clients, 1, args.seconds),
-            lambda: over_http(several, url, sentences, args.clients, args.texts, args.seconds),
+            lambda: over_http(single, service, sentences, args.clients, 1, args.seconds),
+            lambda: over_http(several, service, sentences, args.clients, args.texts, args.seconds),
         ]
         for _ in range(args.rounds):
             for scenario in scenarios:
@@ -227,6 +267,8 @@ def main() -> None:
         "p99 ms",
         "vs (a)",
         "vs (a) per round",
+        "per CPU-s",
+        "vs (a) per CPU-s",
         "mean batch",
         "client ms",
     )
@@ -244,10 +286,12 @@ def main() -> None:
                 f"{rate / base:.0%}"
                 for rate, base in zip(tally.round_rates, baseline.round_rates, strict=True)
             ),
+            f"{tally.per_cpu_second:.1f}",
+            f"{tally.per_cpu_second / baseline.per_cpu_second:.0%}",
             f"{tally.batched_texts / tally.batches:.1f}" if http else "-",
             f"{tally.client_cpu_s / len(tally.latencies) * 1e3:.2f}" if http else "-",
         )
-    Console(width=120).print(table)
+    Console(width=160).print(table)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from models.anchors import load_anchor_set, read_sentences
-from models.encoder import load_encoder
+from models.anchors import read_sentences
 from models.evaluation.charts import geometry_chart, heros_chart, similar_pairs_chart
 from models.evaluation.diagnostics import STSB_DEV, ScoredModel, diagnostics_report
 from models.evaluation.geometry import evaluate_geometry
@@ -29,6 +28,7 @@ from models.evaluation.ranking_metrics import evaluate_ranking
 from models.evaluation.senteval import SentEvalFormatError, StsTask, load_sts_tasks
 from models.evaluation.similar_pairs import find_similar_task, similar_pairs_rows
 from models.evaluation.sts import Scoring, model_scorer
+from service.engine import settings_anchors, settings_encoder
 from service.settings import Settings, get_settings
 
 app = typer.Typer(
@@ -63,19 +63,10 @@ def _diagnostics_dir(settings: Settings) -> Path:
 
 
 def _load_model(settings: Settings, path: Path | None, anchors: int | None) -> ScoredModel:
-    encoder = load_encoder(
-        None if path is not None and str(path) == DEFAULT_MODEL else path,
-        device=settings.device,
-        max_seq_length=settings.max_seq_length,
-        batch_size=settings.encode_batch_size,
+    encoder = settings_encoder(
+        settings, None if path is not None and str(path) == DEFAULT_MODEL else path
     )
-    anchor_set = load_anchor_set(
-        encoder,
-        settings.anchor_corpus,
-        anchors if anchors is not None else settings.anchor_count,
-        seed=settings.anchor_seed,
-        cache_dir=settings.cache_dir,
-    )
+    anchor_set = settings_anchors(settings, encoder, anchors)
     return ScoredModel(label=encoder.name, encoder=encoder, anchors=anchor_set)
 
 

@@ -8,10 +8,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from models.anchors import load_anchor_set
-from models.encoder import load_encoder
 from models.evaluation.senteval import SentEvalFormatError, load_sts_tasks
 from models.evaluation.sts import PRIMARY_METRIC, Scoring, evaluate_sts, model_scorer
+from service.engine import settings_anchors, settings_encoder
 from service.settings import get_settings
 
 
@@ -53,19 +52,8 @@ def evaluate(
     except SentEvalFormatError as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(code=2) from None
-    encoder = load_encoder(
-        model or settings.model_path,
-        device=settings.device,
-        max_seq_length=settings.max_seq_length,
-        batch_size=settings.encode_batch_size,
-    )
-    anchor_set = load_anchor_set(
-        encoder,
-        settings.anchor_corpus,
-        anchors if anchors is not None else settings.anchor_count,
-        seed=settings.anchor_seed,
-        cache_dir=settings.cache_dir,
-    )
+    encoder = settings_encoder(settings, model)
+    anchor_set = settings_anchors(settings, encoder, anchors)
     lambda_inf = settings.lambda_inf if lambda_ is None else lambda_
     scorings = scoring or list(Scoring)
     results = evaluate_sts(

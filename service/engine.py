@@ -6,6 +6,7 @@ rebinds one reference, so in-flight requests finish on the engine they began wit
 
 import asyncio
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -59,23 +60,36 @@ def base_version(checksum: str) -> str:
     return f"base-{checksum[:12]}"
 
 
-def load_engine(settings: Settings) -> Engine:
-    """The encoder and anchor matrix that the settings name (anchors cached on disk)."""
-    encoder = load_encoder(
-        settings.model_path,
+def settings_encoder(settings: Settings, path: Path | None = None) -> Encoder:
+    """The encoder at `path` (default: the settings' checkpoint) with the settings' device,
+    maximum length and batch size."""
+    return load_encoder(
+        path or settings.model_path,
         device=settings.device,
         max_seq_length=settings.max_seq_length,
         batch_size=settings.encode_batch_size,
     )
-    anchors = load_anchor_set(
+
+
+def settings_anchors(settings: Settings, encoder: Encoder, count: int | None = None) -> AnchorSet:
+    """The anchor matrix the settings name (corpus file, M, seed), cached on disk."""
+    return load_anchor_set(
         encoder,
         settings.anchor_corpus,
-        settings.anchor_count,
+        count if count is not None else settings.anchor_count,
         seed=settings.anchor_seed,
         cache_dir=settings.cache_dir,
     )
+
+
+def load_engine(settings: Settings) -> Engine:
+    """The encoder and anchor matrix that the settings name (anchors cached on disk)."""
+    encoder = settings_encoder(settings)
     return Engine(
-        encoder=encoder, anchors=anchors, version=default_version(encoder), name=encoder.name
+        encoder=encoder,
+        anchors=settings_anchors(settings, encoder),
+        version=default_version(encoder),
+        name=encoder.name,
     )
 
 

@@ -28,7 +28,7 @@ from redis import Redis
 from rq import get_current_job
 
 from cli.train import DEFAULT_NLI_DATA, DEFAULT_SENTENCE_DATA
-from models.anchors import AnchorSet, build_anchor_set, load_anchor_set
+from models.anchors import AnchorSet, build_anchor_set
 from models.checksums import sha256_directory
 from models.encoder import Encoder, default_model_path, load_encoder
 from models.evaluation.sts import PRIMARY_METRIC
@@ -38,7 +38,7 @@ from models.training.dev_eval import DevSetup
 from models.training.trainer import ResumeMismatchError, TrainResult, train
 from service.corpus.embedding_cache import EmbeddingCache
 from service.corpus.store import AnchorRecord, DocumentStore, StoredDocument
-from service.engine import base_version
+from service.engine import base_version, settings_anchors
 from service.redis_keys import RedisKeys
 from service.settings import Settings, get_settings
 from service.versions import activate, active_version
@@ -54,13 +54,7 @@ def serving_anchors(settings: Settings, encoder: Encoder, texts: list[str] | Non
     are sampled documents (anchor_source "documents"), else from the anchor corpus file."""
     if texts is not None:
         return build_anchor_set(encoder, texts, settings.cache_dir)
-    return load_anchor_set(
-        encoder,
-        settings.anchor_corpus,
-        settings.anchor_count,
-        seed=settings.anchor_seed,
-        cache_dir=settings.cache_dir,
-    )
+    return settings_anchors(settings, encoder)
 
 
 async def _read_documents(

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import redis
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
@@ -44,6 +45,7 @@ from models.encoder import Encoder, load_encoder
 from service.settings import DATA_DIR, get_settings
 
 BASELINE_BATCH = 64
+REDIS_PREFIX = "rankserve-bench"  # the server's document keys, deleted when it stops
 
 
 @dataclass
@@ -100,7 +102,7 @@ def running_service(port: int) -> Iterator[Service]:
     no_documents.touch()
     env = {key: value for key, value in os.environ.items() if key != "RANKSERVE_API_KEY"}
     # No demo documents to index and keys of its own: nothing but /encode runs in the server.
-    env.update(RANKSERVE_DEMO_CORPUS=str(no_documents), RANKSERVE_REDIS_PREFIX="rankserve-bench")
+    env.update(RANKSERVE_DEMO_CORPUS=str(no_documents), RANKSERVE_REDIS_PREFIX=REDIS_PREFIX)
     command = [sys.executable, "-m", "cli.main", "serve", "--port", str(port)]
     process = subprocess.Popen([*command, "--log-level", "warning"], env=env)
     url = f"http://127.0.0.1:{port}"
@@ -129,6 +131,10 @@ def running_service(port: int) -> Iterator[Service]:
         except subprocess.TimeoutExpired:
             process.kill()
         scratch.cleanup()
+        store = redis.Redis.from_url(get_settings().redis_url)
+        for key in store.scan_iter(match=f"{REDIS_PREFIX}:*"):
+            store.delete(key)
+        store.close()
 
 
 def in_process(

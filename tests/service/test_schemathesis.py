@@ -56,7 +56,10 @@ def test_the_api_conforms_to_its_openapi_schema(server: Server, tmp_path: Path):
         "--report-dir",
         str(tmp_path),
     ]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    # cwd: the CLI keeps a .schemathesis/ cache in its working directory, not in the checkout.
+    run = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, check=False, cwd=tmp_path
+    )
     assert run.returncode == 0, run.stdout[-20_000:] + run.stderr[-5_000:]
     # Warnings may remain (e.g. random version names never find a bundle with a report: 404).
     assert "Failures:" not in run.stdout, run.stdout[-20_000:]

@@ -8,7 +8,6 @@ appends a check to `services.readiness` to hold /ready at 503 until it is done.
 """
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -17,6 +16,7 @@ from importlib.metadata import version
 from fastapi import Depends, FastAPI
 
 from service.auth import require_api_key
+from service.background import background_task
 from service.batching import Batcher
 from service.corpus.lifespan import corpus_component
 from service.dependencies import Services
@@ -99,16 +99,16 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await services.batcher.start()
-        loading = asyncio.create_task(load_first_engine(services, loader), name="load-engine")
         try:
             async with AsyncExitStack() as stack:
+                # Entered first, left last: components stop before the loader is cancelled.
+                await stack.enter_async_context(
+                    background_task(load_first_engine(services, loader), "load-engine")
+                )
                 for component in components:
                     await stack.enter_async_context(component(app, services))
                 yield
         finally:
-            loading.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await loading
             await services.batcher.stop()
 
     app = FastAPI(

@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 from rq import Queue
 
 from models.registry import BundleStore, LoadedBundle
+from service.background import background_task
 from service.corpus.corpus import Corpus
 from service.dependencies import Services
 from service.engine import Engine, load_engine
@@ -250,12 +251,9 @@ async def swap_component(app: FastAPI, services: Services) -> AsyncIterator[None
     store = BundleStore(settings.bundle_store)
     manager = SwapManager(services, getattr(app.state, "corpus", None), client, store)
     app.state.operations = Operations(settings, manager.keys, sync, store, manager)
-    task = asyncio.create_task(manager.run(), name="model-swap")
     try:
-        yield
+        async with background_task(manager.run(), "model-swap"):
+            yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         await client.aclose()
         sync.close()

@@ -1,7 +1,5 @@
 """The corpus as an app component (service/app.py COMPONENTS) and its route dependency."""
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -9,6 +7,7 @@ from typing import Annotated
 import redis.asyncio as aioredis
 from fastapi import Depends, FastAPI, Request
 
+from service.background import background_task
 from service.corpus.corpus import Corpus
 from service.corpus.store import DocumentStore
 from service.dependencies import Services
@@ -34,13 +33,10 @@ async def corpus_component(app: FastAPI, services: Services) -> AsyncIterator[No
     corpus = Corpus(settings, store, services.holder, services.batcher)
     app.state.corpus = corpus
     services.readiness.append(corpus.not_ready_reason)
-    task = asyncio.create_task(corpus.run(), name="corpus")
     try:
-        yield
+        async with background_task(corpus.run(), "corpus"):
+            yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
         await client.aclose()
         corpus.close()
 

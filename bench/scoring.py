@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.timing import median_seconds
+from core.settings import DATA_DIR
 from models.anchors import read_sentences
 from models.encoder import load_encoder
 from models.ranking import blend, paired_similarity, rank_vectors
-from service.settings import DATA_DIR
 
 ANCHOR_COUNTS = (1_000, 10_000, 100_000)
 PAIR_COUNTS = (1, 64)

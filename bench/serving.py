@@ -40,9 +40,9 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.timing import percentile
+from core.settings import DATA_DIR, get_settings
 from models.anchors import read_sentences
 from models.encoder import Encoder, load_encoder
-from service.settings import DATA_DIR, get_settings
 
 BASELINE_BATCH = 64
 REDIS_PREFIX = "rankserve-bench"  # the server's document keys, deleted when it stops

@@ -11,7 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from core.loading import settings_anchors, settings_encoder
+from core.settings import Settings, get_settings
 from models.anchors import read_sentences
+from models.encoder import default_model_path
 from models.evaluation.charts import geometry_chart, heros_chart, similar_pairs_chart
 from models.evaluation.diagnostics import STSB_DEV, ScoredModel, diagnostics_report
 from models.evaluation.geometry import evaluate_geometry
@@ -28,8 +31,6 @@ from models.evaluation.ranking_metrics import evaluate_ranking
 from models.evaluation.senteval import SentEvalFormatError, StsTask, load_sts_tasks
 from models.evaluation.similar_pairs import find_similar_task, similar_pairs_rows
 from models.evaluation.sts import Scoring, model_scorer
-from service.engine import settings_anchors, settings_encoder
-from service.settings import Settings, get_settings
 
 app = typer.Typer(
     help="Diagnostics per model: HEROS minimal pairs, alignment/uniformity, ranking metrics, "
@@ -63,8 +64,9 @@ def _diagnostics_dir(settings: Settings) -> Path:
 
 
 def _load_model(settings: Settings, path: Path | None, anchors: int | None) -> ScoredModel:
+    # 'default' is the packaged MiniLM itself, whatever RANKSERVE_MODEL_PATH names.
     encoder = settings_encoder(
-        settings, None if path is not None and str(path) == DEFAULT_MODEL else path
+        settings, default_model_path() if path is not None and str(path) == DEFAULT_MODEL else path
     )
     anchor_set = settings_anchors(settings, encoder, anchors)
     return ScoredModel(label=encoder.name, encoder=encoder, anchors=anchor_set)
@@ -86,7 +88,7 @@ def _load_models(
 
 def _sts_tasks(settings: Settings, data: Path | None, console: Console) -> list[StsTask]:
     try:
-        return load_sts_tasks(data or settings.data_dir / "senteval")
+        return load_sts_tasks(data or settings.senteval_dir)
     except SentEvalFormatError as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(code=2) from None

@@ -8,10 +8,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from core.loading import settings_anchors, settings_encoder
+from core.settings import get_settings
 from models.evaluation.senteval import SentEvalFormatError, load_sts_tasks
 from models.evaluation.sts import PRIMARY_METRIC, Scoring, evaluate_sts, model_scorer
-from service.engine import settings_anchors, settings_encoder
-from service.settings import get_settings
 
 
 def render_table(results: dict[Scoring, dict[str, float]], title: str) -> Table:
@@ -46,7 +46,7 @@ def evaluate(
     """Spearman x 100 per STS task present, and their average, for each scoring."""
     settings = get_settings()
     console = Console()
-    data_dir = data or settings.data_dir / "senteval"
+    data_dir = data or settings.senteval_dir
     try:
         tasks = load_sts_tasks(data_dir)
     except SentEvalFormatError as error:

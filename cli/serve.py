@@ -6,8 +6,8 @@ from typing import Annotated
 import typer
 import uvicorn
 
+from core.settings import get_settings
 from service.corpus.local_redis import RedisUnavailableError, ensure_redis
-from service.settings import get_settings
 
 
 def serve(

@@ -20,7 +20,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from service.settings import get_settings
+from core.settings import get_settings
 
 _CHUNK = 1 << 20
 

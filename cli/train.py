@@ -7,21 +7,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from core.loading import settings_dev_setup
+from core.settings import get_settings
 from models.training.config import Method, TrainConfig
-from models.training.dev_eval import DevSetup
 from models.training.trainer import ResumeMismatchError
 from models.training.trainer import train as run_training
-from service.settings import DATA_DIR, get_settings
 
-# Unlabeled text for the unsupervised methods: the sentences (not the scores) of the STS-B and
-# SICK train splits, close to the target domains and short (a large teacher encodes them fast);
-# Wikipedia-only text pulled students off those domains (DESIGN.md). NLI pairs for MNRL.
-# Never the dev or test splits.
-DEFAULT_SENTENCE_DATA = (
-    DATA_DIR / "senteval" / "STS" / "STSBenchmark" / "sts-train.csv",
-    DATA_DIR / "senteval" / "SICK" / "SICK_train.txt",
-)
-DEFAULT_NLI_DATA = (DATA_DIR / "nli" / "snli-dev-test.tsv",)
 DEFAULT_TEACHER = "default"  # the packaged all-MiniLM-L6-v2
 
 
@@ -72,7 +63,9 @@ def train(
     ] = None,
     data: Annotated[
         list[Path] | None,
-        typer.Option(help="Training file, repeatable; default: STS-B + SICK train text, or SNLI"),
+        typer.Option(
+            help="Training file, repeatable; default: Wikipedia + SNLI sentences (mnrl: SNLI)"
+        ),
     ] = None,
     config: Annotated[
         Path | None, typer.Option(help="JSON or TOML overrides of the CPU recipe")
@@ -85,15 +78,10 @@ def train(
     train_config = TrainConfig.from_file(config) if config else TrainConfig()
     if method.teachers_used[0] > 0 and not teacher:
         teacher = DEFAULT_TEACHER
-    data_paths = data or list(DEFAULT_NLI_DATA if method.supervised else DEFAULT_SENTENCE_DATA)
-    dev = DevSetup(
-        data_dir=train_config.eval_data or settings.data_dir / "senteval",
-        anchor_corpus=settings.anchor_corpus,
-        anchor_count=train_config.eval_anchor_count,
-        anchor_seed=settings.anchor_seed,
-        lambda_inf=settings.lambda_inf,
-        cache_dir=settings.cache_dir,
+    data_paths = data or (
+        settings.training_nli if method.supervised else settings.training_sentences
     )
+    dev = settings_dev_setup(settings, train_config.eval_anchor_count, train_config.eval_data)
     try:
         result = run_training(
             method,

@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from service.settings import get_settings
+from core.settings import get_settings
 from worker.runner import run_worker
 
 

@@ -103,7 +103,7 @@ def load_encoder(
     if max_seq_length is not None:
         model.max_seq_length = max_seq_length
     model.eval()
-    name = DEFAULT_MODEL_NAME if path is None else model_path.name
+    name = DEFAULT_MODEL_NAME if model_path == default_model_path() else model_path.name
     return Encoder(
         model=model,
         path=model_path,

@@ -15,6 +15,7 @@ from importlib.metadata import version
 
 from fastapi import Depends, FastAPI
 
+from core.settings import Settings, get_settings
 from service.auth import require_api_key
 from service.background import background_task
 from service.batching import Batcher
@@ -35,7 +36,6 @@ from service.routes import (
     search,
     similarity,
 )
-from service.settings import Settings, get_settings
 from service.swap import load_active_engine, swap_component
 
 logger = logging.getLogger(__name__)

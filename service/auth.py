@@ -9,6 +9,7 @@ from typing import Annotated
 
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import SecretStr
 
 from service.dependencies import SettingsDep
 from service.errors import UnauthorizedError
@@ -16,14 +17,18 @@ from service.errors import UnauthorizedError
 bearer_scheme = HTTPBearer(auto_error=False, scheme_name="ApiKey", description="RANKSERVE_API_KEY")
 
 
+def bearer_matches(credentials: HTTPAuthorizationCredentials | None, secret: SecretStr) -> bool:
+    """Whether the request's bearer token is `secret`, compared in constant time."""
+    if credentials is None:
+        return False
+    # compare_digest's time depends only on the length of the token given, never on where
+    # the two differ.
+    return hmac.compare_digest(credentials.credentials.encode(), secret.get_secret_value().encode())
+
+
 def require_api_key(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> None:
-    if settings.api_key is None:
-        return
-    expected = settings.api_key.get_secret_value().encode()
-    given = credentials.credentials.encode() if credentials is not None else b""
-    # compare_digest's time depends only on the length of `given`, never on where they differ.
-    if credentials is None or not hmac.compare_digest(given, expected):
+    if settings.api_key is not None and not bearer_matches(credentials, settings.api_key):
         raise UnauthorizedError()

@@ -9,7 +9,7 @@ pass per slice that fits both the size and the padded-token budget.
 
 One worker thread only: torch already spreads a forward pass over the cores, and one queue
 keeps the order of work under load predictable. The queue is bounded in texts; a request
-that would overflow it fails fast with `OverloadedError` (429 + Retry-After).
+that would overflow it fails fast with `QueueFullError` (429 + Retry-After).
 """
 
 import asyncio
@@ -24,10 +24,17 @@ from typing import TypeVar
 import torch
 
 from service.engine import Engine
-from service.errors import OverloadedError
 from service.metrics import Metrics
 
 T = TypeVar("T")
+
+
+class QueueFullError(RuntimeError):
+    """More texts are waiting than the queue holds; retry after `retry_after_s`."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__("the encoder queue is full")
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,7 @@ class Batcher:
         """Embeddings of `texts` by `engine`, computed in a batch with other requests' texts."""
         if self._pending and self._pending_texts + len(texts) > self.capacity:
             self.metrics.rejected.inc()
-            raise OverloadedError(self.retry_after_s)
+            raise QueueFullError(self.retry_after_s)
         job = _Job(engine, texts, asyncio.get_running_loop().create_future())
         self._pending.append(job)
         self._pending_texts += len(texts)

@@ -10,12 +10,12 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from core.settings import Settings
 from service.batching import Batcher
 from service.engine import Engine, EngineHolder
 from service.errors import NotReadyError
 from service.limits import Limits
 from service.metrics import SCOPE_MODEL_VERSION, Metrics
-from service.settings import Settings
 
 ReadinessCheck = Callable[[], str | None]
 

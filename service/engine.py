@@ -6,15 +6,15 @@ rebinds one reference, so in-flight requests finish on the engine they began wit
 
 import asyncio
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from models.anchors import AnchorSet, load_anchor_set
-from models.encoder import Encoder, load_encoder
+from core.loading import default_version, settings_anchors, settings_encoder
+from core.settings import Settings
+from models.anchors import AnchorSet
+from models.encoder import Encoder
 from models.ranking import paired_similarity
 from models.scoring import PairScores
-from service.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -48,38 +48,6 @@ class Engine:
             cosine=paired_similarity(embeddings[left_index], embeddings[right_index]).cpu(),
             rank=paired_similarity(ranks[left_index], ranks[right_index]).cpu(),
         )
-
-
-def default_version(encoder: Encoder) -> str:
-    """Stable across restarts of the same checkpoint: derived from its checksum."""
-    return base_version(encoder.checksum)
-
-
-def base_version(checksum: str) -> str:
-    """The version name of the settings' checkpoint, from its sha256_directory (no loading)."""
-    return f"base-{checksum[:12]}"
-
-
-def settings_encoder(settings: Settings, path: Path | None = None) -> Encoder:
-    """The encoder at `path` (default: the settings' checkpoint) with the settings' device,
-    maximum length and batch size."""
-    return load_encoder(
-        path or settings.model_path,
-        device=settings.device,
-        max_seq_length=settings.max_seq_length,
-        batch_size=settings.encode_batch_size,
-    )
-
-
-def settings_anchors(settings: Settings, encoder: Encoder, count: int | None = None) -> AnchorSet:
-    """The anchor matrix the settings name (corpus file, M, seed), cached on disk."""
-    return load_anchor_set(
-        encoder,
-        settings.anchor_corpus,
-        count if count is not None else settings.anchor_count,
-        seed=settings.anchor_seed,
-        cache_dir=settings.cache_dir,
-    )
 
 
 def load_engine(settings: Settings) -> Engine:

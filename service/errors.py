@@ -1,7 +1,9 @@
 """The one place where error kinds become status codes and the body every error shares.
 
 Body: `{"error": {"message": str, "type": str, "code": int}}`, `code` being the HTTP status.
-Route modules raise an `ApiError` subclass; FastAPI's own validation errors and Starlette's
+Route modules raise an `ApiError` subclass; the document store's and the batcher's own
+errors (plain exceptions, so that core/ and the batcher know nothing of HTTP) and any
+RedisError are mapped here too; FastAPI's own validation errors and Starlette's
 HTTP exceptions (404, 405, 413 from the body limit) are rewritten into the same body, and a
 catch-all keeps even an unexpected failure in that shape.
 """
@@ -14,9 +16,12 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from core.documents import StoreUnavailableError
+from service.batching import QueueFullError
 from service.metrics import MODEL_VERSION_HEADER, NO_MODEL, SCOPE_MODEL_VERSION
 
 logger = logging.getLogger(__name__)
@@ -102,13 +107,13 @@ class NotReadyError(ApiError):
         super().__init__(message)
 
 
-class StoreUnavailableError(ApiError):
-    """Redis, the documents' source of truth, did not answer: nothing was written or read."""
+class StoreDownError(ApiError):
+    """Redis, the source of truth, did not answer: nothing was written or read."""
 
     status_code = 503
     error_type = "store_unavailable"
 
-    def __init__(self, message: str = "the document store (Redis) is unavailable") -> None:
+    def __init__(self, message: str = "the document store is unavailable") -> None:
         super().__init__(message)
 
 
@@ -167,6 +172,24 @@ async def _api_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(exc.status_code, exc.error_type, exc.message, exc.headers)
 
 
+def _domain_error(exc: Exception) -> ApiError:
+    """The HTTP kind of an error raised below the routes (core/, the batcher, RQ's Redis).
+
+    Their messages can name a host, a port or a path: the client gets the kind's fixed
+    message and the cause goes to the log.
+    """
+    if isinstance(exc, QueueFullError):
+        return OverloadedError(exc.retry_after_s)
+    return StoreDownError()
+
+
+async def _store_error(request: Request, exc: Exception) -> JSONResponse:
+    error = _domain_error(exc)
+    cause = exc.__cause__ or exc
+    logger.warning("%s %s: %s (%s)", request.method, request.url.path, error.error_type, cause)
+    return await _api_error(request, error)
+
+
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
     return error_response(
@@ -212,6 +235,8 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ApiError, _api_error)
+    for domain_error in (StoreUnavailableError, RedisError, QueueFullError):
+        app.add_exception_handler(domain_error, _store_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _unexpected_error)

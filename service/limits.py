@@ -14,8 +14,8 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from core.settings import Settings
 from service.errors import PayloadTooLargeError, error_response
-from service.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """Hot swap in every API replica: follow the active-version key, load bundles beside the live
 engine, swap one reference; refuse bad bundles and keep serving.
 
-The key (service/versions.py) is the truth. A replica re-reads it when a notice arrives on
+The key (core/versions.py) is the truth. A replica re-reads it when a notice arrives on
 the pub/sub channel and, because pub/sub drops messages while a replica is disconnected, on a
 timer (`reconcile_interval_s`) and on every (re)subscription. When the key names another
 version, the replica loads that bundle in a thread (checksums, dimensions, smoke encode:
-models/registry.py), builds the document index for the new encoder from the bundle's corpus
+core/registry.py), builds the document index for the new encoder from the bundle's corpus
 embeddings plus the documents changed since their revision, and then swaps engine and index
 together (service/corpus). Requests that already hold the old engine finish on it.
 
@@ -33,15 +33,15 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 
-from models.registry import BundleStore, LoadedBundle
+from core.jobs import retrain_queue
+from core.redis_keys import RedisKeys
+from core.registry import BundleStore, LoadedBundle
+from core.settings import Settings
+from core.versions import active_version
 from service.background import background_task
 from service.corpus.corpus import Corpus
 from service.dependencies import Services
 from service.engine import Engine, load_engine
-from service.redis_keys import RedisKeys
-from service.settings import Settings
-from service.versions import active_version
-from worker.queue import retrain_queue
 
 logger = logging.getLogger(__name__)
 

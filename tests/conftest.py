@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
+from core.settings import DATA_DIR
 from models.anchors import AnchorSet, load_anchor_set
 from models.encoder import Encoder, load_encoder
-from service.settings import DATA_DIR
 
 TEST_ANCHORS = 512  # enough for stable rank similarities, a few seconds to encode
 

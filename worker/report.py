@@ -3,13 +3,13 @@
 import json
 from pathlib import Path
 
+from core.registry import REPORT_JSON
+from core.settings import Settings
 from models.anchors import AnchorSet
 from models.encoder import Encoder
 from models.evaluation.diagnostics import ScoredModel, diagnostics_report
 from models.evaluation.heros import read_heros
 from models.evaluation.senteval import load_sts_tasks
-from models.registry import REPORT_JSON
-from service.settings import Settings
 
 
 def write_report(
@@ -19,7 +19,7 @@ def write_report(
     heros = read_heros(settings.heros_data) if settings.heros_data.is_file() else None
     report = diagnostics_report(
         ScoredModel(label=label, encoder=encoder, anchors=anchors),
-        sts_tasks=load_sts_tasks(settings.data_dir / "senteval"),
+        sts_tasks=load_sts_tasks(settings.senteval_dir),
         heros=heros,
         lambda_inf=settings.lambda_inf,
         chart_dir=folder,

@@ -10,7 +10,7 @@ It runs in the RQ work horse. Steps and where their output goes:
 4. bundle: student weights, its anchor embeddings, its embeddings of every document at the
    corpus revision read before the scan, its diagnostics report (worker/report.py); the
    gate's decision and all metrics go into the manifest, promoted or not;
-5. promote: set the active-version key and publish a notice (service/versions.py).
+5. promote: set the active-version key and publish a notice (core/versions.py).
 The first job also bundles the settings checkpoint itself as `base-<checksum>`, so that an
 operator can roll back to where the service started.
 """
@@ -27,22 +27,21 @@ import redis.asyncio as aioredis
 from redis import Redis
 from rq import get_current_job
 
-from cli.train import DEFAULT_NLI_DATA, DEFAULT_SENTENCE_DATA
+from core.documents import AnchorRecord, DocumentStore, StoredDocument
+from core.embedding_cache import EmbeddingCache
+from core.jobs import parse_request
+from core.loading import base_version, settings_anchors, settings_dev_setup, settings_encoder
+from core.redis_keys import RedisKeys
+from core.registry import ENCODER_DIR, BundleStore, CorpusSnapshot
+from core.settings import Settings, get_settings
+from core.versions import activate, active_version
 from models.anchors import AnchorSet, build_anchor_set
 from models.checksums import sha256_directory
-from models.encoder import Encoder, default_model_path, load_encoder
+from models.encoder import Encoder, default_model_path
 from models.evaluation.sts import PRIMARY_METRIC
-from models.registry import ENCODER_DIR, BundleStore, CorpusSnapshot
 from models.training.config import Method
-from models.training.dev_eval import DevSetup
 from models.training.trainer import ResumeMismatchError, TrainResult, train
-from service.corpus.embedding_cache import EmbeddingCache
-from service.corpus.store import AnchorRecord, DocumentStore, StoredDocument
-from service.engine import base_version, settings_anchors
-from service.redis_keys import RedisKeys
-from service.settings import Settings, get_settings
-from service.versions import activate, active_version
-from worker.queue import ProgressReporter, parse_request
+from worker.progress import ProgressReporter
 from worker.report import write_report
 
 GATED_SCORING = "blend"  # Eq. 7, what the service serves
@@ -79,20 +78,9 @@ async def _read_documents(
 
 def embed_documents(settings: Settings, encoder: Encoder, texts: list[str]) -> np.ndarray:
     """(n, dim) embeddings, through the replicas' on-disk embedding cache."""
-    cache = EmbeddingCache(
-        settings.cache_dir / "embeddings", encoder.checksum, encoder.max_seq_length, encoder.dim
-    )
+    cache = EmbeddingCache.for_encoder(settings.cache_dir / "embeddings", encoder)
     try:
-        found = cache.get_many(texts)
-        missing = list(dict.fromkeys(t for t, v in zip(texts, found, strict=True) if v is None))
-        encoded = encoder.encode(missing).cpu().numpy() if missing else None  # (k, dim)
-        if encoded is not None:
-            cache.put_many(missing, encoded)
-        fresh = dict(zip(missing, encoded, strict=True)) if encoded is not None else {}
-        out = np.empty((len(texts), encoder.dim), dtype=np.float32)  # (n, dim)
-        for i, (text, vector) in enumerate(zip(texts, found, strict=True)):
-            out[i] = vector if vector is not None else fresh[text]
-        return out
+        return cache.read_through(texts, lambda missing: encoder.encode(missing).cpu().numpy())
     finally:
         cache.close()
 
@@ -139,9 +127,7 @@ def _base_bundle(
     store: BundleStore, settings: Settings, version: str, metrics: dict[str, Any]
 ) -> None:
     """The settings checkpoint as a bundle, so that rolling back to it is one activation."""
-    encoder = load_encoder(
-        settings.model_path, device=settings.device, max_seq_length=settings.max_seq_length
-    )
+    encoder = settings_encoder(settings)
     anchors = serving_anchors(settings, encoder, None)
     store.write(version, encoder=encoder, anchors=anchors, metrics=metrics)
 
@@ -204,14 +190,7 @@ def _retrain(
     else:
         raise FileNotFoundError(f"the active version {parent!r} has no bundle in {store.bundles}")
 
-    dev = DevSetup(
-        data_dir=settings.data_dir / "senteval",
-        anchor_corpus=settings.anchor_corpus,
-        anchor_count=config.eval_anchor_count,
-        anchor_seed=settings.anchor_seed,
-        lambda_inf=settings.lambda_inf,
-        cache_dir=settings.cache_dir,
-    )
+    dev = settings_dev_setup(settings, config.eval_anchor_count)
 
     def on_step(done: int, total: int, loss: float) -> None:
         progress.step(done, total, loss)
@@ -226,7 +205,7 @@ def _retrain(
             parsed,
             parent_path,
             teacher_paths,
-            list(DEFAULT_NLI_DATA if parsed.supervised else DEFAULT_SENTENCE_DATA),
+            settings.training_files(supervised=parsed.supervised),
             out_dir,
             config,
             cache_dir=settings.cache_dir,
@@ -241,12 +220,7 @@ def _retrain(
     progress.phase("bundling")
     if parent == base and not store.exists(base):
         _base_bundle(store, settings, base, {"dev": dev_metrics["base"], "dev_setup": setup})
-    student = load_encoder(
-        out_dir,
-        device=settings.device,
-        max_seq_length=settings.max_seq_length,
-        batch_size=settings.encode_batch_size,
-    )
+    student = settings_encoder(settings, out_dir)
     student.name = student_name(store, parent, parsed)
     revision, documents, record = asyncio.run(_read_documents(settings, keys))
     anchors = serving_anchors(settings, student, record.texts if record else None)

@@ -29,10 +29,10 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from models.registry import BundleStore
-from service.redis_keys import RedisKeys
-from service.settings import Settings
-from worker.queue import retrain_queue
+from core.jobs import retrain_queue
+from core.redis_keys import RedisKeys
+from core.registry import BundleStore
+from core.settings import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -23,23 +23,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.anchors import AnchorSet
-from models.checksums import sha256_texts
-from models.encoder import Encoder
-from models.index import IndexConfig, Scalar, SearchHits, SearchIndex, metadata_terms
-from models.registry import CorpusSnapshot
-from service.batching import Batcher
-from service.corpus.embedding_cache import EmbeddingCache
-from service.corpus.store import (
+from core.documents import (
     AnchorRecord,
     Change,
     DocumentStore,
     NewDocument,
     StoredDocument,
+    StoreUnavailableError,
 )
+from core.embedding_cache import EmbeddingCache
+from core.registry import CorpusSnapshot
+from core.settings import Settings
+from models.anchors import AnchorSet
+from models.checksums import sha256_texts
+from models.encoder import Encoder
+from models.index import IndexConfig, Scalar, SearchHits, SearchIndex, metadata_terms
+from service.batching import Batcher, QueueFullError
 from service.engine import Engine, EngineHolder
-from service.errors import NotReadyError, OverloadedError, StoreUnavailableError
-from service.settings import Settings
+from service.errors import NotReadyError
 
 logger = logging.getLogger(__name__)
 
@@ -135,20 +136,17 @@ class Corpus:
     async def embed(self, engine: Engine, texts: Sequence[str]) -> np.ndarray:
         """(n, dim) float32 unit embeddings: cached ones from disk, the rest encoded and cached."""
         cache = self._cache(engine.encoder)
-        vectors = await asyncio.to_thread(cache.get_many, texts)
-        missing = list(dict.fromkeys(t for t, v in zip(texts, vectors, strict=True) if v is None))
+        lookup = await asyncio.to_thread(cache.lookup, texts)
         encoded: dict[str, np.ndarray] = {}
         step = self.settings.encode_batch_size
-        for start in range(0, len(missing), step):
-            chunk = missing[start : start + step]
+        # Chunk by chunk through the batcher, so a large upsert shares the encoder fairly.
+        for start in range(0, len(lookup.missing), step):
+            chunk = lookup.missing[start : start + step]
             result = await self.batcher.encode(engine, chunk)
             array = result.embeddings.numpy()  # (chunk, dim)
             await asyncio.to_thread(cache.put_many, chunk, array)
             encoded.update(zip(chunk, array, strict=True))
-        out = np.empty((len(texts), engine.dim), dtype=np.float32)  # (n, dim)
-        for i, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
-            out[i] = vector if vector is not None else encoded[text]
-        return out
+        return lookup.assemble(encoded)
 
     async def upsert(self, engine: Engine, documents: Sequence[NewDocument]) -> int:
         """Embed (so the follower finds the vectors cached), write, wait until indexed here."""
@@ -285,9 +283,9 @@ class Corpus:
         while True:
             try:
                 await step()
-            except (StoreUnavailableError, OverloadedError) as error:
-                self._last_error = error.message
-                logger.warning("document index: %s; retrying", error.message)
+            except (StoreUnavailableError, QueueFullError) as error:
+                self._last_error = str(error)
+                logger.warning("document index: %s (%s); retrying", error, error.__cause__)
             except Exception as error:
                 self._last_error = f"{type(error).__name__}: {error}"
                 logger.exception("document index: unexpected failure; retrying")
@@ -452,11 +450,8 @@ class Corpus:
     def _cache(self, encoder: Encoder) -> EmbeddingCache:
         key = f"{encoder.checksum}-{encoder.max_seq_length}"
         if key not in self._caches:
-            self._caches[key] = EmbeddingCache(
-                self.settings.cache_dir / "embeddings",
-                encoder.checksum,
-                encoder.max_seq_length,
-                encoder.dim,
+            self._caches[key] = EmbeddingCache.for_encoder(
+                self.settings.cache_dir / "embeddings", encoder
             )
         return self._caches[key]
 

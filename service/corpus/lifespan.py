@@ -7,12 +7,12 @@ from typing import Annotated
 import redis.asyncio as aioredis
 from fastapi import Depends, FastAPI, Request
 
+from core.documents import DocumentStore
+from core.redis_keys import RedisKeys
 from service.background import background_task
 from service.corpus.corpus import Corpus
-from service.corpus.store import DocumentStore
 from service.dependencies import Services
 from service.errors import NotReadyError
-from service.redis_keys import RedisKeys
 
 # Longer than the follower's XREAD BLOCK, short enough that a hung Redis fails a request.
 _SOCKET_TIMEOUT_S = 10.0

@@ -21,8 +21,8 @@ from pydantic import (
     StrictStr,
 )
 
+from core.settings import Settings
 from service.schemas import LambdaField
-from service.settings import Settings
 
 # A safe set for URL paths and Redis keys; the first character excludes "." and ".." ids.
 ID_REGEX = r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}"

@@ -4,6 +4,6 @@ from collections.abc import Callable
 
 from fastapi import APIRouter
 
-from service.settings import Settings
+from core.settings import Settings
 
 RouterFactory = Callable[[Settings], APIRouter]

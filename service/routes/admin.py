@@ -7,7 +7,6 @@ set, any token gets a 403. Handlers are plain functions: FastAPI runs
 them in its thread pool, where RQ's synchronous Redis calls belong.
 """
 
-import hmac
 import json
 import pathlib
 from typing import Annotated, Any
@@ -16,32 +15,8 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
-from redis.exceptions import RedisError
 
-from models.registry import (
-    VERSION_PATTERN,
-    BundleError,
-    BundleNotFoundError,
-    InvalidVersionError,
-    ReportNotFoundError,
-)
-from models.training.config import Method
-from service.dependencies import SettingsDep
-from service.errors import (
-    ConflictError,
-    ForbiddenError,
-    InvalidRequestError,
-    NotFoundError,
-    NotReadyError,
-    StoreUnavailableError,
-    UnauthorizedError,
-    error_responses,
-)
-from service.limits import StrictJSONRoute
-from service.settings import Settings
-from service.swap import Operations
-from service.versions import activate, active_version, history
-from worker.queue import (
+from core.jobs import (
     JobEndedError,
     JobNotFoundError,
     RetrainRequest,
@@ -54,6 +29,30 @@ from worker.queue import (
     reap_abandoned,
     submit,
 )
+from core.registry import (
+    VERSION_PATTERN,
+    BundleError,
+    BundleNotFoundError,
+    InvalidVersionError,
+    ReportNotFoundError,
+)
+from core.settings import Settings
+from core.versions import activate, active_version, history
+from models.training.config import Method
+from service.auth import bearer_matches
+from service.dependencies import SettingsDep
+from service.errors import (
+    ConflictError,
+    ForbiddenError,
+    InvalidRequestError,
+    NotFoundError,
+    NotReadyError,
+    StoreDownError,
+    UnauthorizedError,
+    error_responses,
+)
+from service.limits import StrictJSONRoute
+from service.swap import Operations
 
 admin_scheme = HTTPBearer(auto_error=False, description="RANKSERVE_ADMIN_TOKEN")
 JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
@@ -69,10 +68,7 @@ def require_admin(
         raise UnauthorizedError("a valid admin token is required (Authorization: Bearer)")
     if settings.admin_token is None:
         raise ForbiddenError("the admin API is disabled: set RANKSERVE_ADMIN_TOKEN to enable it")
-    expected = settings.admin_token.get_secret_value().encode()
-    # compare_digest's time depends only on the length of the token given, never on where
-    # the two differ.
-    if not hmac.compare_digest(credentials.credentials.encode(), expected):
+    if not bearer_matches(credentials, settings.admin_token):
         raise UnauthorizedError("a valid admin token is required (Authorization: Bearer)")
 
 
@@ -181,17 +177,13 @@ def _stored_report(ops: Operations, version: str) -> tuple[dict[str, Any], pathl
         raise ConflictError(f"bundle {version!r} is unusable: {error}") from None
 
 
-def _redis_down(error: RedisError) -> StoreUnavailableError:
-    return StoreUnavailableError(f"Redis is unavailable: {error}")
-
-
 def build_router(settings: Settings) -> APIRouter:
     router = APIRouter(
         prefix="/admin",
         tags=["admin"],
         route_class=StrictJSONRoute,
         dependencies=[Depends(require_admin)],
-        responses=error_responses(UnauthorizedError, ForbiddenError, StoreUnavailableError),
+        responses=error_responses(UnauthorizedError, ForbiddenError, StoreDownError),
     )
 
     @router.post(
@@ -207,20 +199,14 @@ def build_router(settings: Settings) -> APIRouter:
         except RetrainRequestError as error:
             raise InvalidRequestError(str(error)) from None
         request = RetrainRequest(body.method.value, body.params, body.force, body.teachers)
-        try:
-            job = submit(ops.queue, request, ops.settings)
-        except RedisError as error:
-            raise _redis_down(error) from None
+        job = submit(ops.queue, request, ops.settings)
         return RetrainAccepted(job_id=job.id, status="queued")
 
     @router.get("/jobs", response_model=JobList)
     def jobs(ops: OperationsDep) -> JobList:
         """Every job RQ still remembers, newest first."""
-        try:
-            reap_abandoned(ops.queue)
-            return JobList(jobs=[JobView(**describe(job)) for job in list_jobs(ops.queue)])
-        except RedisError as error:
-            raise _redis_down(error) from None
+        reap_abandoned(ops.queue)
+        return JobList(jobs=[JobView(**describe(job)) for job in list_jobs(ops.queue)])
 
     @router.get("/jobs/{job_id}", response_model=JobView, responses=error_responses(NotFoundError))
     def job(job_id: JobId, ops: OperationsDep) -> JobView:
@@ -230,8 +216,6 @@ def build_router(settings: Settings) -> APIRouter:
             return JobView(**describe(fetch(ops.queue, job_id)))
         except JobNotFoundError:
             raise NotFoundError(f"no job {job_id}") from None
-        except RedisError as error:
-            raise _redis_down(error) from None
 
     @router.delete(
         "/jobs/{job_id}",
@@ -246,28 +230,23 @@ def build_router(settings: Settings) -> APIRouter:
             raise NotFoundError(f"no job {job_id}") from None
         except JobEndedError as error:
             raise ConflictError(str(error)) from None
-        except RedisError as error:
-            raise _redis_down(error) from None
         return CancelResponse(id=job_id, status=status.value)
 
     @router.get("/models", response_model=ModelsResponse)
     def models(ops: OperationsDep) -> ModelsResponse:
         """Every bundle with its metrics, which one is active, what each replica serves."""
-        try:
-            active = active_version(ops.redis, ops.keys)
-            refusals = {
-                name.decode(): json.loads(value)
-                for name, value in ops.redis.hgetall(ops.keys.refused_bundles).items()
-            }
-            replicas = {}
-            for key in ops.redis.scan_iter(match=ops.keys.replica_pattern, count=100):
-                value = ops.redis.get(key)
-                if value is not None:
-                    replica = key.decode().removeprefix(ops.keys.replica(""))
-                    replicas[replica] = json.loads(value)
-            activations = history(ops.redis, ops.keys)
-        except RedisError as error:
-            raise _redis_down(error) from None
+        active = active_version(ops.redis, ops.keys)
+        refusals = {
+            name.decode(): json.loads(value)
+            for name, value in ops.redis.hgetall(ops.keys.refused_bundles).items()
+        }
+        replicas = {}
+        for key in ops.redis.scan_iter(match=ops.keys.replica_pattern, count=100):
+            value = ops.redis.get(key)
+            if value is not None:
+                replica = key.decode().removeprefix(ops.keys.replica(""))
+                replicas[replica] = json.loads(value)
+        activations = history(ops.redis, ops.keys)
         versions = []
         for version in ops.store.versions():
             try:
@@ -317,13 +296,10 @@ def build_router(settings: Settings) -> APIRouter:
             raise NotFoundError(f"no bundle named {version!r}") from None
         except BundleError as error:
             raise ConflictError(f"bundle {version!r} is unusable: {error}") from None
-        try:
-            # An operator re-activating a version asks every replica to try it afresh.
-            ops.redis.hdel(ops.keys.refused_bundles, version)
-            previous = active_version(ops.redis, ops.keys)
-            activate(ops.redis, ops.keys, version, reason="activated through the admin API")
-        except RedisError as error:
-            raise _redis_down(error) from None
+        # An operator re-activating a version asks every replica to try it afresh.
+        ops.redis.hdel(ops.keys.refused_bundles, version)
+        previous = active_version(ops.redis, ops.keys)
+        activate(ops.redis, ops.keys, version, reason="activated through the admin API")
         return ActivateResponse(active=version, previous=previous)
 
     @router.get(

@@ -11,6 +11,8 @@ from fastapi import APIRouter, Path, Query
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.convertors import StringConvertor, register_url_convertor
 
+from core.documents import NewDocument, StoredDocument
+from core.settings import Settings
 from service.corpus.lifespan import CorpusDep
 from service.corpus.schemas import (
     ID_PATTERN,
@@ -23,7 +25,6 @@ from service.corpus.schemas import (
     UpsertResponse,
     document_models,
 )
-from service.corpus.store import NewDocument, StoredDocument
 from service.dependencies import EngineDep
 from service.errors import (
     ENCODING_ROUTE_ERRORS,
@@ -31,11 +32,10 @@ from service.errors import (
     InvalidRequestError,
     NotFoundError,
     NotReadyError,
-    StoreUnavailableError,
+    StoreDownError,
     error_responses,
 )
 from service.limits import StrictJSONRoute
-from service.settings import Settings
 
 MAX_PAGE = 1000
 
@@ -76,9 +76,9 @@ def document_out(doc: StoredDocument) -> DocumentOut:
 def build_router(settings: Settings) -> APIRouter:
     models = document_models(DocumentLimits.from_settings(settings))
     router = APIRouter(tags=["documents"], route_class=StrictJSONRoute)
-    store_errors = error_responses(InvalidRequestError, NotReadyError, StoreUnavailableError)
+    store_errors = error_responses(InvalidRequestError, NotReadyError, StoreDownError)
     by_id_errors = {
-        **error_responses(NotFoundError, InvalidRequestError, StoreUnavailableError),
+        **error_responses(NotFoundError, InvalidRequestError, StoreDownError),
         405: {"model": ErrorBody, "description": f"{RESERVED_ID!r} is the batch route's path"},
     }
 

@@ -5,11 +5,11 @@ import base64
 import torch
 from fastapi import APIRouter
 
+from core.settings import Settings
 from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS
 from service.limits import Limits, StrictJSONRoute
 from service.schemas import EmbeddingItem, EmbeddingsResponse, Usage, request_models
-from service.settings import Settings
 
 
 def base64_float32(vector: torch.Tensor) -> str:

@@ -2,11 +2,11 @@
 
 from fastapi import APIRouter
 
+from core.settings import Settings
 from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS
 from service.limits import Limits, StrictJSONRoute
 from service.schemas import EncodeResponse, request_models
-from service.settings import Settings
 
 
 def build_router(settings: Settings) -> APIRouter:

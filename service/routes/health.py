@@ -2,10 +2,10 @@
 
 from fastapi import APIRouter
 
+from core.settings import Settings
 from service.dependencies import EngineDep, ServicesDep
 from service.errors import NotReadyError, error_responses
 from service.schemas import HealthResponse, InfoResponse, LimitsInfo, ReadyResponse
-from service.settings import Settings
 
 
 def build_router(settings: Settings) -> APIRouter:

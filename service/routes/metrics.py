@@ -3,8 +3,8 @@
 from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from core.settings import Settings
 from service.dependencies import ServicesDep
-from service.settings import Settings
 
 
 def build_router(settings: Settings) -> APIRouter:

@@ -2,6 +2,7 @@
 
 from fastapi import APIRouter
 
+from core.settings import Settings
 from service.corpus.lifespan import CorpusDep
 from service.corpus.schemas import (
     DocumentLimits,
@@ -10,9 +11,8 @@ from service.corpus.schemas import (
     document_models,
 )
 from service.dependencies import BatcherDep, EngineDep, SettingsDep
-from service.errors import ENCODING_ROUTE_ERRORS, StoreUnavailableError, error_responses
+from service.errors import ENCODING_ROUTE_ERRORS, StoreDownError, error_responses
 from service.limits import StrictJSONRoute
-from service.settings import Settings
 
 
 def build_router(settings: Settings) -> APIRouter:
@@ -22,7 +22,7 @@ def build_router(settings: Settings) -> APIRouter:
     @router.post(
         "/search",
         response_model=SearchResponse,
-        responses={**ENCODING_ROUTE_ERRORS, **error_responses(StoreUnavailableError)},
+        responses={**ENCODING_ROUTE_ERRORS, **error_responses(StoreDownError)},
     )
     async def search(
         body: models.search,

@@ -2,11 +2,11 @@
 
 from fastapi import APIRouter
 
+from core.settings import Settings
 from service.dependencies import BatcherDep, EngineDep, SettingsDep
 from service.errors import ENCODING_ROUTE_ERRORS
 from service.limits import Limits, StrictJSONRoute
 from service.schemas import SimilarityResponse, SimilarityScore, request_models
-from service.settings import Settings
 
 
 def distinct_texts(pairs: list[tuple[str, str]]) -> tuple[list[str], list[int], list[int]]:

@@ -8,9 +8,9 @@ from scipy.stats import kendalltau
 from typer.testing import CliRunner
 
 from cli.main import app
+from core.settings import DATA_DIR, get_settings
 from models.encoder import Encoder
 from models.evaluation.heros import read_heros
-from service.settings import DATA_DIR, get_settings
 
 QUERY = "a man is playing a guitar ."
 PAIRS = [

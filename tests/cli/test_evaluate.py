@@ -7,8 +7,8 @@ from scipy.stats import spearmanr
 from typer.testing import CliRunner
 
 from cli.main import app
+from core.settings import get_settings
 from models.encoder import Encoder
-from service.settings import get_settings
 
 PAIRS = [
     ("a man is playing a guitar .", "a man plays the guitar .", 4.8),

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis
 
-from service.settings import Settings
+from core.settings import Settings
 
 
 def free_port() -> int:

@@ -20,8 +20,8 @@ from sentence_transformers import SentenceTransformer
 from typer.testing import CliRunner
 
 from cli.main import app
+from core.settings import DATA_DIR, get_settings
 from models.encoder import default_model_path
-from service.settings import DATA_DIR, get_settings
 
 pytestmark = pytest.mark.slow
 

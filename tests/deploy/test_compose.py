@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from service.settings import REPO_ROOT
+from core.settings import REPO_ROOT
 
 COMPOSE = REPO_ROOT / "docker-compose.yml"
 GPU_OVERRIDE = REPO_ROOT / "deploy" / "docker-compose.gpu.yml"

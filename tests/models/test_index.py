@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from core.settings import DATA_DIR
 from models.anchors import AnchorSet
 from models.encoder import Encoder
 from models.index import IndexConfig, SearchHits, SearchIndex, metadata_terms
 from models.ranking import blend, rank_vectors
-from service.settings import DATA_DIR
 
 LAMBDA = 0.1
 

@@ -25,12 +25,13 @@ import uvicorn
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.loading import default_version
+from core.settings import Settings
 from models.anchors import AnchorSet
 from models.encoder import Encoder
 from service.app import COMPONENTS, EngineLoader, create_app
 from service.dependencies import Services
-from service.engine import Engine, default_version, load_engine
-from service.settings import Settings
+from service.engine import Engine, load_engine
 
 TEST_ANCHORS = 512  # the same first 512 anchors as the session `anchors` fixture
 API_KEY = "test-key-0123456789"

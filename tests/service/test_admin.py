@@ -16,13 +16,13 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.redis_keys import RedisKeys
+from core.registry import ANCHORS, ENCODER_DIR, MANIFEST, BundleStore
+from core.settings import DATA_DIR, Settings
 from models.anchors import AnchorSet
 from models.checksums import sha256_file
 from models.encoder import Encoder
-from models.registry import ANCHORS, ENCODER_DIR, MANIFEST, BundleStore
 from service.engine import Engine
-from service.redis_keys import RedisKeys
-from service.settings import DATA_DIR, Settings
 from tests.service.conftest import Server, fixed_engine, make_settings, serve
 from tests.worker.conftest import delete_queue_keys, wait_for
 from worker.report import write_report

@@ -5,8 +5,8 @@ import math
 import httpx
 import torch
 
+from core.loading import default_version
 from models.encoder import Encoder
-from service.engine import default_version
 
 
 def test_embeddings_equal_the_in_process_encoder(client: httpx.Client, encoder: Encoder):

@@ -6,9 +6,10 @@ import time
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.loading import default_version
+from core.settings import Settings
 from models.encoder import Encoder
-from service.engine import Engine, default_version
-from service.settings import Settings
+from service.engine import Engine
 from tests.service.conftest import AUTH, Server, make_settings, serve
 
 

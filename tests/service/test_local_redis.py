@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from core.settings import REPO_ROOT, Settings
 from service.corpus import local_redis
 from service.corpus.local_redis import RedisUnavailableError, ensure_redis, redis_answers
-from service.settings import REPO_ROOT, Settings
 from tests.service.corpus_helpers import free_port
 
 

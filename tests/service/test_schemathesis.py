@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 
+from core.redis_keys import RedisKeys
 from service.engine import Engine
-from service.redis_keys import RedisKeys
 from tests.service.conftest import API_KEY, AUTH, Server, fixed_engine, make_settings, serve
 from tests.worker.conftest import delete_queue_keys
 

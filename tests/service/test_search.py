@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
+from core.settings import DATA_DIR
 from models.anchors import AnchorSet
 from models.encoder import Encoder
 from models.ranking import blend
 from service.engine import Engine
-from service.settings import DATA_DIR
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
 from tests.service.corpus_helpers import api, corpus_server, free_port, search_ids
 

@@ -1,6 +1,6 @@
 import pytest
 
-from service.settings import Settings
+from core.settings import Settings
 
 
 def test_environment_variables_use_the_rankserve_prefix(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from service.redis_keys import RedisKeys
-from service.settings import DATA_DIR, REPO_ROOT, Settings
+from core.redis_keys import RedisKeys
+from core.settings import DATA_DIR, REPO_ROOT, Settings
 
 SERVING_ANCHORS = 64
 TINY_PARAMS: dict[str, Any] = {

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from models.registry import MANIFEST, BundleStore
+from core.registry import MANIFEST, BundleStore
 from worker.retrain import gate
 
 SETUP = {"anchors": 16, "lambda_inf": 0.1, "anchor_corpus": "wiki.txt"}

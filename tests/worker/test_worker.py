@@ -8,8 +8,7 @@ from redis import Redis
 from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
 
-from tests.worker.conftest import LONG_PARAMS, OpsEnv, pid_alive, wait_for
-from worker.queue import (
+from core.jobs import (
     PROGRESS,
     RetrainRequest,
     cancel,
@@ -19,6 +18,7 @@ from worker.queue import (
     retrain_queue,
     submit,
 )
+from tests.worker.conftest import LONG_PARAMS, OpsEnv, pid_alive, wait_for
 
 pytestmark = pytest.mark.slow
 

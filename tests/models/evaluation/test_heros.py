@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from core.settings import DATA_DIR
 from models.anchors import AnchorSet
 from models.encoder import Encoder
 from models.evaluation.heros import (
@@ -21,7 +22,6 @@ from models.evaluation.heros import (
     write_heros,
 )
 from models.evaluation.sts import Scoring
-from service.settings import DATA_DIR
 
 HEADER = "Original\tSynonym\tAntonym\tNegation\tRandom\tTypo\tNegation\n"
 SAMPLE = DATA_DIR / "heros-sample.tsv"

@@ -74,7 +74,7 @@ def test_empty_directory_and_missing_directory(tmp_path: Path) -> None:
 
 
 def test_bundled_dev_sets_load_in_full() -> None:
-    from service.settings import DATA_DIR
+    from core.settings import DATA_DIR
 
     names = {task.name: len(task.pairs) for task in load_sts_tasks(DATA_DIR / "senteval")}
     assert names["STSBenchmark-dev"] == 1500

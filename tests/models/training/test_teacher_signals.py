@@ -7,9 +7,9 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
+from core.settings import DATA_DIR
 from models.encoder import Encoder
 from models.training.signals import batch_schedule, cosine_signals, rank_signals
-from service.settings import DATA_DIR
 
 TEXTS = [
     "a man is playing a guitar .",

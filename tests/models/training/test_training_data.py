@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from core.settings import DATA_DIR
 from models.training.data import (
     TrainingDataError,
     load_sentences,
@@ -11,7 +12,6 @@ from models.training.data import (
     nli_triples,
     read_text_file,
 )
-from service.settings import DATA_DIR
 
 SNLI = DATA_DIR / "nli" / "snli-dev-test.tsv"
 STSB_TRAIN = DATA_DIR / "senteval" / "STS" / "STSBenchmark" / "sts-train.csv"

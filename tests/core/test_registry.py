@@ -11,10 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from models.anchors import AnchorSet
-from models.checksums import sha256_directory, sha256_file
-from models.encoder import Encoder
-from models.registry import (
+from core.registry import (
     ANCHORS,
     CORPUS,
     ENCODER_DIR,
@@ -29,6 +26,9 @@ from models.registry import (
     ReportNotFoundError,
     validate_version,
 )
+from models.anchors import AnchorSet
+from models.checksums import sha256_directory, sha256_file
+from models.encoder import Encoder
 
 pytestmark = pytest.mark.slow
 

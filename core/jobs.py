@@ -5,9 +5,6 @@ arguments, progress (`job.meta["progress"]`) and results are JSON, never pickles
 process can read them and no job payload can execute code on load.
 """
 
-import math
-import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,10 +23,10 @@ from rq.registry import (
 from rq.results import Result
 from rq.serializers import JSONSerializer
 
-from models.registry import validate_version
+from core.redis_keys import RedisKeys
+from core.registry import validate_version
+from core.settings import Settings
 from models.training.config import Method, TrainConfig
-from service.redis_keys import RedisKeys
-from service.settings import Settings
 
 RETRAIN_FUNCTION = "worker.retrain.run_retrain"
 PROGRESS = "progress"  # job.meta key the job writes and the admin API reads
@@ -214,47 +211,3 @@ def describe(job: Job) -> dict[str, Any]:
         "result": result,
         "error": _error(job) if status in (JobStatus.FAILED, JobStatus.STOPPED) else None,
     }
-
-
-class ProgressReporter:
-    """Writes {phase, step, total, percent, loss, eta_s, elapsed_s, pid} into the job's meta.
-
-    Training steps can be a few milliseconds apart; one Redis write per `min_interval_s` is
-    enough for a progress bar, and the last step of a phase is always written.
-    """
-
-    def __init__(self, job: Job | None, min_interval_s: float = 1.0) -> None:
-        self.job = job
-        self.min_interval_s = min_interval_s
-        self.state: dict[str, Any] = {"phase": "starting"}
-        self._started = time.monotonic()
-        self._phase_started = self._started
-        self._last_write = 0.0
-
-    def phase(self, name: str, **fields: Any) -> None:
-        self._phase_started = time.monotonic()
-        self.state = {"phase": name, **fields}
-        self._write(force=True)
-
-    def step(self, done: int, total: int, loss: float) -> None:
-        elapsed = time.monotonic() - self._phase_started
-        per_step = elapsed / done if done else 0.0
-        self.state = {
-            "phase": "training",
-            "step": done,
-            "total": total,
-            "percent": round(100.0 * done / total, 2) if total else 100.0,
-            "loss": loss if math.isfinite(loss) else None,
-            "eta_s": round(per_step * (total - done), 1),
-        }
-        self._write(force=done >= total)
-
-    def _write(self, *, force: bool) -> None:
-        now = time.monotonic()
-        if self.job is None or (not force and now - self._last_write < self.min_interval_s):
-            return
-        self._last_write = now
-        # The pid is the work horse's: what an operator would signal or look for in `ps`.
-        elapsed = round(now - self._started, 1)
-        self.job.meta[PROGRESS] = self.state | {"elapsed_s": elapsed, "pid": os.getpid()}
-        self.job.save_meta()

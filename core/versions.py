@@ -13,7 +13,7 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import WatchError
 
-from service.redis_keys import RedisKeys
+from core.redis_keys import RedisKeys
 
 HISTORY_LENGTH = 1000
 

@@ -19,11 +19,19 @@ from typing import Any, Literal, TypeVar
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from core.redis_keys import RedisKeys
 from models.index import Scalar
-from service.errors import StoreUnavailableError
-from service.redis_keys import RedisKeys
 
 T = TypeVar("T")
+
+
+class StoreUnavailableError(ConnectionError):
+    """Redis did not answer: nothing was written or read. The cause stays on `__cause__` for
+    the log; the message is fixed, since a client must never see a host or port."""
+
+    def __init__(self) -> None:
+        super().__init__("the document store is unavailable")
+
 
 _UPSERT = """#!lua
 -- KEYS: revision, changes, ids, numbers, number counter, demo marker, then one hash per doc.
@@ -266,9 +274,7 @@ class DocumentStore:
         try:
             return await operation()
         except RedisError as error:
-            raise StoreUnavailableError(
-                f"the document store (Redis) is unavailable: {error}"
-            ) from error
+            raise StoreUnavailableError() from error
 
 
 def _document(doc_id: str, row: list[str | None]) -> StoredDocument | None:

@@ -27,6 +27,14 @@ class Settings(BaseSettings):
     lambda_inf: float = Field(default=0.1, ge=0.0, le=1.0, description="Eq. 7 weight")
 
     data_dir: Path = DATA_DIR
+    # Training text (`rankserve train`, the worker). The default is text that no public STS
+    # test set contains: Wikipedia sentences plus SNLI's. STS-B train and SICK train share
+    # thousands of sentences with the STS12-16 and SICK test sets, so they are opt-in only.
+    training_sentences: list[Path] = [
+        DATA_DIR / "corpus" / "wiki-sentences.txt",
+        DATA_DIR / "nli" / "snli-dev-test.tsv",
+    ]
+    training_nli: list[Path] = [DATA_DIR / "nli" / "snli-dev-test.tsv"]
     var_dir: Path = REPO_ROOT / "var"
 
     # Diagnostics (`rankserve diagnose`): HEROS-format file used when --data is not given.
@@ -107,6 +115,15 @@ class Settings(BaseSettings):
         # An empty variable means "the None default's meaning": docker-compose passes an unset
         # variable through as "", which must not become a token, the path "." or a parse error.
         return None if isinstance(value, str) and not value.strip() else value
+
+    def training_files(self, *, supervised: bool) -> list[Path]:
+        """The default training files: NLI pairs for supervised methods, else sentences."""
+        return self.training_nli if supervised else self.training_sentences
+
+    @property
+    def senteval_dir(self) -> Path:
+        """Dev sets in SentEval layout: what evaluation, the gate and diagnostics read."""
+        return self.data_dir / "senteval"
 
     @property
     def cache_dir(self) -> Path:

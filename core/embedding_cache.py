@@ -9,10 +9,13 @@ replicas sharing a volume) read and write the same file.
 import hashlib
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from models.encoder import Encoder
 
 _CHUNK = 500  # host parameters per statement stay well under SQLite's limit
 
@@ -21,7 +24,28 @@ def text_key(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """What the cache holds of some texts, and the distinct texts still to be encoded."""
+
+    texts: Sequence[str]
+    found: list[np.ndarray | None]
+    missing: list[str]
+    dim: int
+
+    def assemble(self, fresh: Mapping[str, np.ndarray]) -> np.ndarray:
+        """(n, dim) float32: the cached rows, and `fresh[text]` for every missing one."""
+        out = np.empty((len(self.texts), self.dim), dtype=np.float32)  # (n, dim)
+        for i, (text, vector) in enumerate(zip(self.texts, self.found, strict=True)):
+            out[i] = vector if vector is not None else fresh[text]
+        return out
+
+
 class EmbeddingCache:
+    @classmethod
+    def for_encoder(cls, directory: Path, encoder: Encoder) -> "EmbeddingCache":
+        return cls(directory, encoder.checksum, encoder.max_seq_length, encoder.dim)
+
     def __init__(
         self, directory: Path, encoder_checksum: str, max_seq_length: int, dim: int
     ) -> None:
@@ -53,6 +77,22 @@ class EmbeddingCache:
                     if array.shape == (self.dim,):
                         found[key] = array
         return [found.get(key) for key in keys]
+
+    def lookup(self, texts: Sequence[str]) -> Lookup:
+        found = self.get_many(texts)
+        missing = [t for t, v in zip(texts, found, strict=True) if v is None]
+        return Lookup(texts, found, list(dict.fromkeys(missing)), self.dim)
+
+    def read_through(
+        self, texts: Sequence[str], encode: Callable[[list[str]], np.ndarray]
+    ) -> np.ndarray:
+        """(n, dim) embeddings of `texts`: cached ones read, the rest encoded and stored."""
+        lookup = self.lookup(texts)
+        if not lookup.missing:
+            return lookup.assemble({})
+        encoded = encode(lookup.missing)  # (k, dim)
+        self.put_many(lookup.missing, encoded)
+        return lookup.assemble(dict(zip(lookup.missing, encoded, strict=True)))
 
     def put_many(self, texts: Sequence[str], embeddings: np.ndarray) -> None:
         """Store (n, dim) float32 embeddings of `texts`."""

@@ -1,0 +1,56 @@
+"""The encoder and anchor matrix that the settings name, and the version name of the settings'
+checkpoint: what the API, the worker and the CLI each load the same way."""
+
+from pathlib import Path
+
+from core.settings import Settings
+from models.anchors import AnchorSet, load_anchor_set
+from models.encoder import Encoder, load_encoder
+from models.training.dev_eval import DevSetup
+
+
+def default_version(encoder: Encoder) -> str:
+    """Stable across restarts of the same checkpoint: derived from its checksum."""
+    return base_version(encoder.checksum)
+
+
+def base_version(checksum: str) -> str:
+    """The version name of the settings' checkpoint, from its sha256_directory (no loading)."""
+    return f"base-{checksum[:12]}"
+
+
+def settings_encoder(settings: Settings, path: Path | None = None) -> Encoder:
+    """The encoder at `path` (default: the settings' checkpoint) with the settings' device,
+    maximum length and batch size."""
+    return load_encoder(
+        path or settings.model_path,
+        device=settings.device,
+        max_seq_length=settings.max_seq_length,
+        batch_size=settings.encode_batch_size,
+    )
+
+
+def settings_anchors(settings: Settings, encoder: Encoder, count: int | None = None) -> AnchorSet:
+    """The anchor matrix the settings name (corpus file, M, seed), cached on disk."""
+    return load_anchor_set(
+        encoder,
+        settings.anchor_corpus,
+        count if count is not None else settings.anchor_count,
+        seed=settings.anchor_seed,
+        cache_dir=settings.cache_dir,
+    )
+
+
+def settings_dev_setup(
+    settings: Settings, anchor_count: int | None, data_dir: Path | None = None
+) -> DevSetup:
+    """How students are scored on the dev sets: the settings' anchors and lambda, `anchor_count`
+    anchors (a training config's eval_anchor_count), dev data from `data_dir` or the settings."""
+    return DevSetup(
+        data_dir=data_dir or settings.senteval_dir,
+        anchor_corpus=settings.anchor_corpus,
+        anchor_count=anchor_count,
+        anchor_seed=settings.anchor_seed,
+        lambda_inf=settings.lambda_inf,
+        cache_dir=settings.cache_dir,
+    )

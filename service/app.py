@@ -22,6 +22,7 @@ from service.batching import Batcher
 from service.corpus.lifespan import corpus_component
 from service.dependencies import Services
 from service.engine import Engine, EngineHolder
+from service.engine_switch import EngineSwitch
 from service.errors import UnauthorizedError, error_responses, install_error_handlers
 from service.limits import BodyLimitMiddleware, Limits
 from service.metrics import Metrics, ObservabilityMiddleware
@@ -55,7 +56,8 @@ DATA_ROUTERS: tuple[RouterFactory, ...] = (
     documents.build_router,
     search.build_router,
 )
-# The swap component uses the corpus (app.state.corpus), so it comes after it.
+# The corpus component registers its index with the engine switch, so a swap stages the new
+# encoder's index: it comes first.
 COMPONENTS: tuple[Component, ...] = (corpus_component, swap_component)
 
 
@@ -67,9 +69,7 @@ async def load_first_engine(services: Services, loader: EngineLoader) -> None:
         logger.exception("the model failed to load")
         services.holder.load_error = f"the model failed to load: {error}"
         return
-    services.holder.swap(engine)
-    services.metrics.set_active_model(engine.version, engine.name)
-    logger.info("serving %s (%s), %d anchors", engine.name, engine.version, engine.anchors.count)
+    services.switch.first(engine)
 
 
 def create_app(
@@ -86,6 +86,7 @@ def create_app(
         limits=Limits.from_settings(settings),
         holder=holder,
         metrics=metrics_,
+        switch=EngineSwitch(holder, metrics_),
         batcher=Batcher(
             metrics_,
             max_batch_size=settings.encode_batch_size,

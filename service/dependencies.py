@@ -13,6 +13,7 @@ from fastapi import Depends, Request
 from core.settings import Settings
 from service.batching import Batcher
 from service.engine import Engine, EngineHolder
+from service.engine_switch import EngineSwitch
 from service.errors import NotReadyError
 from service.limits import Limits
 from service.metrics import SCOPE_MODEL_VERSION, Metrics
@@ -29,6 +30,7 @@ class Services:
     holder: EngineHolder
     metrics: Metrics
     batcher: Batcher
+    switch: EngineSwitch  # the only writer of holder
     # Components that must be loaded before /ready says so: each returns None when ready,
     # else why not (the engine itself is checked by the engine dependency).
     readiness: list[ReadinessCheck] = field(default_factory=list)

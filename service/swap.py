@@ -7,7 +7,7 @@ timer (`reconcile_interval_s`) and on every (re)subscription. When the key names
 version, the replica loads that bundle in a thread (checksums, dimensions, smoke encode:
 core/registry.py), builds the document index for the new encoder from the bundle's corpus
 embeddings plus the documents changed since their revision, and then swaps engine and index
-together (service/corpus). Requests that already hold the old engine finish on it.
+together (service/engine_switch.py). Requests that already hold the old engine finish on it.
 
 A bundle that fails to load is refused: logged, counted in `rankserve_model_swaps_total
 {outcome="refused"}`, recorded in Redis for GET /admin/models, and not retried until an
@@ -39,7 +39,6 @@ from core.registry import BundleStore, LoadedBundle
 from core.settings import Settings
 from core.versions import active_version
 from service.background import background_task
-from service.corpus.corpus import Corpus
 from service.dependencies import Services
 from service.engine import Engine, load_engine
 
@@ -102,13 +101,11 @@ class SwapManager:
     def __init__(
         self,
         services: Services,
-        corpus: Corpus | None,
         client: aioredis.Redis,
         store: BundleStore,
     ) -> None:
         self.services = services
         self.settings = services.settings
-        self.corpus = corpus
         self.client = client
         self.store = store
         self.keys = RedisKeys(self.settings.redis_prefix)
@@ -182,17 +179,13 @@ class SwapManager:
         try:
             loaded = await asyncio.to_thread(load_bundle, self.settings, self.store, version)
             engine = engine_from_bundle(loaded)
-            if self.corpus is not None:
-                await self.corpus.swap_engine(engine, loaded.corpus)
-            else:
-                self.services.holder.swap(engine)
+            await self.services.switch.swap(engine, loaded.corpus)
         except Exception as error:
             await self._refuse(version, error)
             return
         finally:
             self.loading = None
         self.refused.pop(version, None)
-        self.services.metrics.set_active_model(engine.version, engine.name)
         self.swaps.labels(outcome="swapped").inc()
         took = time.perf_counter() - started
         self.swap_seconds.observe(took)
@@ -249,7 +242,7 @@ async def swap_component(app: FastAPI, services: Services) -> AsyncIterator[None
     )
     sync = Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
     store = BundleStore(settings.bundle_store)
-    manager = SwapManager(services, getattr(app.state, "corpus", None), client, store)
+    manager = SwapManager(services, client, store)
     app.state.operations = Operations(settings, manager.keys, sync, store, manager)
     try:
         async with background_task(manager.run(), "model-swap"):

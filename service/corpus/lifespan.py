@@ -10,7 +10,10 @@ from fastapi import Depends, FastAPI, Request
 from core.documents import DocumentStore
 from core.redis_keys import RedisKeys
 from service.background import background_task
+from service.corpus.anchor_sync import AnchorSync
 from service.corpus.corpus import Corpus
+from service.corpus.embedder import DocumentEmbedder
+from service.corpus.follower import IndexFollower
 from service.dependencies import Services
 from service.errors import NotReadyError
 
@@ -30,15 +33,19 @@ async def corpus_component(app: FastAPI, services: Services) -> AsyncIterator[No
         health_check_interval=30,
     )
     store = DocumentStore(client, RedisKeys(settings.redis_prefix))
-    corpus = Corpus(settings, store, services.holder, services.batcher)
-    app.state.corpus = corpus
-    services.readiness.append(corpus.not_ready_reason)
+    embedder = DocumentEmbedder(settings, services.batcher)
+    anchors = AnchorSync(settings, store, services.holder, embedder, services.switch)
+    follower = IndexFollower(settings, store, services.holder, embedder, anchors)
+    services.switch.index = follower
+    app.state.corpus = Corpus(store, embedder, follower, services.batcher)
+    services.readiness.append(follower.not_ready_reason)
     try:
-        async with background_task(corpus.run(), "corpus"):
+        async with background_task(follower.run(), "corpus"):
             yield
     finally:
+        services.switch.index = None
         await client.aclose()
-        corpus.close()
+        embedder.close()
 
 
 def get_corpus(request: Request) -> Corpus:

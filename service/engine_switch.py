@@ -1,0 +1,59 @@
+"""The one component that replaces the live engine: the first load, a hot swap (with the
+document index staged for the new encoder), and anchors sampled from the documents.
+
+Every replacement is one assignment in the holder, so a request that took the old engine
+finishes on it. With a document index, a new encoder's index is built beside the live one
+and installed together with the engine, under the index's lock.
+"""
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from core.registry import CorpusSnapshot
+from models.anchors import AnchorSet
+from service.engine import Engine, EngineHolder
+from service.metrics import Metrics
+
+logger = logging.getLogger(__name__)
+
+
+class IndexStager(Protocol):
+    """What the document index offers a swap (service/corpus/follower.py)."""
+
+    async def stage(
+        self, engine: Engine, snapshot: CorpusSnapshot | None, install: Callable[[], None]
+    ) -> None: ...
+
+
+class EngineSwitch:
+    def __init__(self, holder: EngineHolder, metrics: Metrics) -> None:
+        self.holder = holder
+        self.metrics = metrics
+        self.index: IndexStager | None = None  # set by the corpus component
+
+    def first(self, engine: Engine) -> None:
+        """The engine a replica starts with (service/app.py)."""
+        self._install(engine)
+        logger.info(
+            "serving %s (%s), %d anchors", engine.name, engine.version, engine.anchors.count
+        )
+
+    async def swap(self, engine: Engine, snapshot: CorpusSnapshot | None) -> None:
+        """A hot swap (service/swap.py): the index for `engine` first, then both at once."""
+        if self.index is None:
+            self._install(engine)
+        else:
+            await self.index.stage(engine, snapshot, lambda: self._install(engine))
+
+    def replace_anchors(self, engine: Engine, anchors: AnchorSet) -> bool:
+        """Give the live engine new anchors; only if it is still `engine` (not swapped since)."""
+        if self.holder.current is not engine:
+            return False
+        self._install(dataclasses.replace(engine, anchors=anchors))
+        return True
+
+    def _install(self, engine: Engine) -> None:
+        self.holder.swap(engine)
+        self.metrics.set_active_model(engine.version, engine.name)

@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from models.ranking import DEFAULT_LAMBDA_INF
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR = REPO_ROOT / "data"
 
@@ -24,7 +26,9 @@ class Settings(BaseSettings):
     anchor_corpus: Path = DATA_DIR / "corpus" / "wiki-sentences.txt"
     anchor_count: int | None = Field(default=10_000, ge=2, description="None = whole corpus")
     anchor_seed: int | None = Field(default=None, description="None = first M, else seeded sample")
-    lambda_inf: float = Field(default=0.1, ge=0.0, le=1.0, description="Eq. 7 weight")
+    lambda_inf: float = Field(
+        default=DEFAULT_LAMBDA_INF, ge=0.0, le=1.0, description="Eq. 7 weight"
+    )
 
     data_dir: Path = DATA_DIR
     # Training text (`rankserve train`, the worker). The default is text that no public STS

@@ -1,4 +1,7 @@
-"""Pair scores for a list of sentence pairs: cosine, rank similarity, and their Eq. 7 blend."""
+"""Pair scores: cosine, rank similarity (Eq. 2-3, Appendix A.1) and their Eq. 7 blend.
+
+The one place that scores sentence pairs: /similarity, STS evaluation and HEROS all call it.
+"""
 
 from dataclasses import dataclass
 
@@ -18,6 +21,38 @@ class PairScores:
         return blend(self.cosine, self.rank, lambda_inf)  # (n,)
 
 
+def distinct_texts(pairs: list[tuple[str, str]]) -> tuple[list[str], list[int], list[int]]:
+    """Each distinct text once (encoded once), and where each pair's two texts sit in it."""
+    unique = list(dict.fromkeys(text for pair in pairs for text in pair))
+    position = {text: i for i, text in enumerate(unique)}
+    return unique, [position[a] for a, _ in pairs], [position[b] for _, b in pairs]
+
+
+def pair_scores(
+    embeddings: torch.Tensor, ranks: torch.Tensor, left: torch.Tensor, right: torch.Tensor
+) -> PairScores:
+    """Scores of rows `left[k]` against `right[k]`, from unit embeddings (u, dim) and their
+    normalised rank vectors (u, m); `left`, `right` are (n,) row indices."""
+    return PairScores(
+        cosine=paired_similarity(embeddings[left], embeddings[right]),  # (n,)
+        rank=paired_similarity(ranks[left], ranks[right]),  # (n,)
+    )
+
+
+def score_embedded_pairs(
+    embeddings: torch.Tensor, anchors: AnchorSet, left: list[int], right: list[int]
+) -> PairScores:
+    """Scores of rows `left[k]`, `right[k]` of unit embeddings (u, dim), rank vectors taken
+    against `anchors` on the anchors' device; the result is on the CPU."""
+    embeddings = embeddings.to(anchors.device)  # (u, dim)
+    ranks = anchors.rank_vectors(embeddings)  # (u, m)
+    index = {"dtype": torch.long, "device": embeddings.device}
+    scores = pair_scores(
+        embeddings, ranks, torch.tensor(left, **index), torch.tensor(right, **index)
+    )
+    return PairScores(cosine=scores.cosine.cpu(), rank=scores.rank.cpu())
+
+
 def score_pairs(
     encoder: Encoder,
     anchors: AnchorSet,
@@ -26,15 +61,6 @@ def score_pairs(
     progress: bool = False,
 ) -> PairScores:
     """Encode every distinct sentence once, then score each pair."""
-    unique = list(dict.fromkeys(text for pair in pairs for text in pair))
-    position = {text: i for i, text in enumerate(unique)}
+    unique, left, right = distinct_texts(pairs)
     embeddings = encoder.encode(unique, progress=progress)  # (u, dim)
-    ranks = anchors.rank_vectors(embeddings)  # (u, m)
-    left = torch.tensor([position[a] for a, _ in pairs], device=embeddings.device, dtype=torch.long)
-    right = torch.tensor(
-        [position[b] for _, b in pairs], device=embeddings.device, dtype=torch.long
-    )
-    return PairScores(
-        cosine=paired_similarity(embeddings[left], embeddings[right]),
-        rank=paired_similarity(ranks[left], ranks[right]),
-    )
+    return score_embedded_pairs(embeddings, anchors, left, right)

@@ -13,8 +13,7 @@ from core.loading import default_version, settings_anchors, settings_encoder
 from core.settings import Settings
 from models.anchors import AnchorSet
 from models.encoder import Encoder
-from models.ranking import paired_similarity
-from models.scoring import PairScores
+from models.scoring import PairScores, score_embedded_pairs
 
 
 @dataclass(frozen=True)
@@ -35,19 +34,9 @@ class Engine:
     def score_pairs(
         self, embeddings: torch.Tensor, left: list[int], right: list[int]
     ) -> PairScores:
-        """Cosine and rank similarity (Eq. 2-3, Appendix A.1) of rows `left[k]`, `right[k]`.
-
-        `embeddings` are unit vectors of this engine's encoder; the rank vectors are taken
-        against this engine's anchor matrix, on the anchors' device.
-        """
-        embeddings = embeddings.to(self.anchors.device)  # (u, dim)
-        ranks = self.anchors.rank_vectors(embeddings)  # (u, m)
-        left_index = torch.tensor(left, dtype=torch.long, device=embeddings.device)  # (n,)
-        right_index = torch.tensor(right, dtype=torch.long, device=embeddings.device)  # (n,)
-        return PairScores(
-            cosine=paired_similarity(embeddings[left_index], embeddings[right_index]).cpu(),
-            rank=paired_similarity(ranks[left_index], ranks[right_index]).cpu(),
-        )
+        """Cosine and rank similarity of rows `left[k]`, `right[k]` of this engine's unit
+        embeddings, rank vectors against this engine's anchors."""
+        return score_embedded_pairs(embeddings, self.anchors, left, right)
 
 
 def load_engine(settings: Settings) -> Engine:

@@ -31,7 +31,8 @@ import torch
 from models.anchors import AnchorSet
 from models.encoder import Encoder
 from models.evaluation.sts import Scoring
-from models.ranking import blend, paired_similarity
+from models.ranking import blend
+from models.scoring import pair_scores
 
 PAPER_ORIGINALS = 1000  # HEROS has 1000 originals; its baseline is 500 x 500 pairs
 
@@ -228,12 +229,11 @@ def heros_from_vectors(
     raw: SubsetMeans = {scoring: {} for scoring in Scoring}
     normalised: SubsetMeans = {scoring: {} for scoring in Scoring}
     for subset, (left, right) in subset_pairs.items():
-        cosine = paired_similarity(embeddings[left], embeddings[right])  # (k,)
-        rank = paired_similarity(ranks[left], ranks[right])  # (k,)
+        scores = pair_scores(embeddings, ranks, left, right)  # (k,) each
         per_scoring = {
-            Scoring.COSINE: cosine,
-            Scoring.RANK: rank,
-            Scoring.BLEND: blend(cosine, rank, lambda_inf),
+            Scoring.COSINE: scores.cosine,
+            Scoring.RANK: scores.rank,
+            Scoring.BLEND: scores.blended(lambda_inf),
         }
         for scoring, similarity in per_scoring.items():
             raw[scoring][subset] = float(similarity.mean())

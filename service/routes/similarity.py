@@ -3,17 +3,11 @@
 from fastapi import APIRouter
 
 from core.settings import Settings
+from models.scoring import distinct_texts
 from service.dependencies import BatcherDep, EngineDep, SettingsDep
 from service.errors import ENCODING_ROUTE_ERRORS
 from service.limits import Limits, StrictJSONRoute
 from service.schemas import SimilarityResponse, SimilarityScore, request_models
-
-
-def distinct_texts(pairs: list[tuple[str, str]]) -> tuple[list[str], list[int], list[int]]:
-    """Each distinct text once (encoded once), and where each pair's two texts sit in it."""
-    unique = list(dict.fromkeys(text for pair in pairs for text in pair))
-    position = {text: i for i, text in enumerate(unique)}
-    return unique, [position[a] for a, _ in pairs], [position[b] for _, b in pairs]
 
 
 def build_router(settings: Settings) -> APIRouter:

@@ -14,7 +14,8 @@ app = typer.Typer(
 
 @app.callback()
 def main() -> None:
-    """Keeps `rankserve` a command group even while it has a single subcommand."""
+    """The `rankserve` group itself: no options of its own, every action is a subcommand
+    (evaluate, serve, train, worker, teachers, diagnose); its help is the app's `help=`."""
 
 
 app.command("evaluate")(evaluate.evaluate)

@@ -9,7 +9,8 @@ from rich.table import Table
 
 from core.loading import settings_dev_setup
 from core.settings import get_settings
-from models.training.config import Method, TrainConfig
+from models.training.config import Recipe, TrainConfig, recipe_config
+from models.training.methods import Method, method_spec
 from models.training.trainer import ResumeMismatchError
 from models.training.trainer import train as run_training
 
@@ -67,20 +68,23 @@ def train(
             help="Training file, repeatable; default: Wikipedia + SNLI sentences (mnrl: SNLI)"
         ),
     ] = None,
+    recipe: Annotated[
+        Recipe, typer.Option(help="quick: a smoke run; full: about an hour on 2 CPU cores")
+    ] = Recipe.QUICK,
     config: Annotated[
-        Path | None, typer.Option(help="JSON or TOML overrides of the CPU recipe")
+        Path | None, typer.Option(help="JSON or TOML overrides of the recipe")
     ] = None,
     quiet: Annotated[bool, typer.Option(help="No progress bar")] = False,
 ) -> None:
     """Train a student (SimCSE, RankEncoder, RankCSE ListNet/ListMLE, MNRL) and evaluate it."""
     settings = get_settings()
     console = Console()
-    train_config = TrainConfig.from_file(config) if config else TrainConfig()
-    if method.teachers_used[0] > 0 and not teacher:
+    train_config = recipe_config(recipe)
+    if config:
+        train_config = TrainConfig.from_file(config, base=train_config)
+    if method_spec(method).teachers[0] > 0 and not teacher:
         teacher = DEFAULT_TEACHER
-    data_paths = data or (
-        settings.training_nli if method.supervised else settings.training_sentences
-    )
+    data_paths = data or settings.training_files(supervised=method_spec(method).supervised)
     dev = settings_dev_setup(settings, train_config.eval_anchor_count, train_config.eval_data)
     try:
         result = run_training(

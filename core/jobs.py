@@ -5,6 +5,7 @@ arguments, progress (`job.meta["progress"]`) and results are JSON, never pickles
 process can read them and no job payload can execute code on load.
 """
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,11 @@ from rq.registry import (
 from rq.results import Result
 from rq.serializers import JSONSerializer
 
+from core.bundle_manifest import validate_version
 from core.redis_keys import RedisKeys
-from core.registry import validate_version
 from core.settings import Settings
-from models.training.config import Method, TrainConfig
+from models.training.config import Recipe, TrainConfig, recipe_config
+from models.training.methods import Method, method_spec
 
 RETRAIN_FUNCTION = "worker.retrain.run_retrain"
 PROGRESS = "progress"  # job.meta key the job writes and the admin API reads
@@ -43,15 +45,21 @@ class JobEndedError(RuntimeError):
     """Cancelling a job that has already finished, failed or been cancelled."""
 
 
+DEFAULT_TEACHER = "default"  # the packaged all-MiniLM-L6-v2
+DEFAULT_RECIPE = Recipe.FULL.value  # background jobs can afford the hour-long recipe
+
+
 @dataclass(frozen=True)
 class RetrainRequest:
     method: str
     params: dict[str, Any]
     force: bool
     teachers: list[str]
+    recipe: str = DEFAULT_RECIPE
+    text: str = "auto"  # auto, documents or general: worker/training_text.py
+    documents_share: float | None = None  # None: the settings' retrain_documents_share
 
 
-DEFAULT_TEACHER = "default"  # the packaged all-MiniLM-L6-v2
 # Request parameters that name files or devices on the worker: not for remote callers.
 FORBIDDEN_PARAMS = frozenset({"eval_data", "device"})
 
@@ -61,27 +69,28 @@ class RetrainRequestError(ValueError):
 
 
 def parse_request(
-    method: str, params: dict[str, Any], teachers: list[str], settings: Settings
+    request: RetrainRequest, settings: Settings
 ) -> tuple[Method, TrainConfig, list[Path | None]]:
-    """The method, the CPU recipe with `params` on top, and the teacher directories.
+    """The method, its recipe with the request's `params` on top, and the teacher directories.
 
     The admin API calls it before enqueueing (a bad request is a 422, not a failed job) and
     the job again before training.
     """
     try:
-        parsed = Method(method)
-    except ValueError:
-        choices = ", ".join(m.value for m in Method)
-        raise RetrainRequestError(f"unknown method {method!r}; one of {choices}") from None
-    forbidden = sorted(FORBIDDEN_PARAMS & set(params))
+        parsed = Method(request.method)
+        spec = method_spec(parsed)
+        recipe = Recipe(request.recipe)
+    except ValueError as error:
+        raise RetrainRequestError(str(error)) from None
+    forbidden = sorted(FORBIDDEN_PARAMS & set(request.params))
     if forbidden:
         raise RetrainRequestError(f"params {forbidden} are set by the worker's settings")
     try:
-        config = TrainConfig(**params)
+        config = recipe_config(recipe, **request.params)
     except ValueError as error:
         raise RetrainRequestError(f"invalid params: {error}") from None
-    names = list(teachers) or ([DEFAULT_TEACHER] if parsed.teachers_used[0] > 0 else [])
-    low, high = parsed.teachers_used
+    low, high = spec.teachers
+    names = list(request.teachers) or ([DEFAULT_TEACHER] if low > 0 else [])
     if not low <= len(names) <= high:
         raise RetrainRequestError(f"{parsed} takes {low} to {high} teachers, got {len(names)}")
     paths: list[Path | None] = []
@@ -94,7 +103,9 @@ def parse_request(
         except ValueError:
             raise RetrainRequestError(f"invalid teacher name {name!r}") from None
         if not (path / "modules.json").is_file():
-            raise RetrainRequestError(f"teacher {name!r} is not installed in {settings.models_dir}")
+            raise RetrainRequestError(
+                f"teacher {name!r} is not installed (rankserve teachers install)"
+            )
         paths.append(path)
     return parsed, config, paths
 
@@ -107,12 +118,7 @@ def retrain_queue(connection: Redis, keys: RedisKeys) -> Queue:
 def submit(queue: Queue, request: RetrainRequest, settings: Settings) -> Job:
     return queue.enqueue_call(
         RETRAIN_FUNCTION,
-        kwargs={
-            "method": request.method,
-            "params": request.params,
-            "force": request.force,
-            "teachers": request.teachers,
-        },
+        kwargs=dataclasses.asdict(request),
         timeout=settings.job_timeout_s,
         result_ttl=settings.job_result_ttl_s,
         failure_ttl=settings.job_result_ttl_s,
@@ -202,6 +208,9 @@ def describe(job: Job) -> dict[str, Any]:
         "force": bool(kwargs.get("force")),
         "params": kwargs.get("params") or {},
         "teachers": kwargs.get("teachers") or [],
+        "recipe": kwargs.get("recipe", DEFAULT_RECIPE),
+        "text": kwargs.get("text", "auto"),
+        "documents_share": kwargs.get("documents_share"),
         "enqueued_at": _iso(job.enqueued_at),
         "started_at": _iso(job.started_at),
         "ended_at": _iso(job.ended_at),

@@ -3,6 +3,7 @@ checkpoint: what the API, the worker and the CLI each load the same way."""
 
 from pathlib import Path
 
+from core.registry import BundleStore, LoadedBundle
 from core.settings import Settings
 from models.anchors import AnchorSet, load_anchor_set
 from models.encoder import Encoder, load_encoder
@@ -53,4 +54,14 @@ def settings_dev_setup(
         anchor_seed=settings.anchor_seed,
         lambda_inf=settings.lambda_inf,
         cache_dir=settings.cache_dir,
+    )
+
+
+def settings_bundle(settings: Settings, store: BundleStore, version: str) -> LoadedBundle:
+    """A bundle loaded as every replica loads it (checksums, weights, smoke encode, anchors)."""
+    return store.load(
+        version,
+        device=settings.device,
+        max_seq_length=settings.max_seq_length,
+        batch_size=settings.encode_batch_size,
     )

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 class RedisKeys:
     prefix: str = "rankserve"
 
-    # Document corpus (service/corpus). Redis is its source of truth.
+    # Document corpus (core/documents.py). Redis is its source of truth.
     def document(self, doc_id: str) -> str:
         """Hash: text, metadata (JSON object), number (the index id), revision (last write)."""
         return f"{self.prefix}:document:{doc_id}"
@@ -64,6 +64,12 @@ class RedisKeys:
     def model_history(self) -> str:
         """List, newest first: JSON {"version", "previous", "reason", "at"} per activation."""
         return f"{self.prefix}:model:history"
+
+    @property
+    def last_loaded(self) -> str:
+        """String: the last version some replica loaded and served. A replica that cannot load
+        the active version at start serves this one, never an older default."""
+        return f"{self.prefix}:model:last-loaded"
 
     @property
     def refused_bundles(self) -> str:

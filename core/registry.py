@@ -1,7 +1,7 @@
 """Versioned model bundles `<store>/bundles/<version>/`, written atomically, verified on load.
 
 A bundle is everything one serving engine needs, so a replica can load it beside the live one
-and swap a single reference (DESIGN.md, "Hot swap, in one picture"):
+and swap a single reference (docs/design.md, "Hot swap, in one picture"):
 
     encoder/               the sentence-transformers directory (the student's weights)
     anchors.npy            (m, dim) unit embeddings of the anchor corpus C by that encoder
@@ -10,15 +10,16 @@ and swap a single reference (DESIGN.md, "Hot swap, in one picture"):
     corpus-ids.json        the n document numbers (search-index ids), in row order
     manifest.json          version, method, parent, metrics, dimensions, sha256 of every file
 
-Writing goes to a temporary directory inside the same `bundles/` folder, fsyncs every file and
-directory, then renames it into place: a reader sees a whole bundle or none. Loading re-hashes
-every file against the manifest, checks every matrix's dimension against the encoder's, and
-smoke-encodes a few sentences, before the caller ever sees the result.
+The file names, the manifest's schema, version names and the errors are in
+core/bundle_manifest.py. Writing goes to a temporary directory inside the same `bundles/`
+folder, fsyncs every file and directory, then renames it into place: a reader sees a whole
+bundle or none. Loading re-hashes every file against the manifest, checks every matrix's
+dimension against the encoder's, and smoke-encodes a few sentences, before the caller ever
+sees the result.
 """
 
 import json
 import os
-import re
 import shutil
 import time
 import uuid
@@ -29,93 +30,47 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
+from core.bundle_manifest import (
+    ANCHOR_TEXTS,
+    ANCHORS,
+    BUNDLES_DIR,
+    CORPUS,
+    CORPUS_IDS,
+    ENCODER_DIR,
+    MANIFEST,
+    REPORT_DIR,
+    REPORT_JSON,
+    VERSION_PATTERN,
+    AnchorInfo,
+    BundleExistsError,
+    BundleNotFoundError,
+    CorpusInfo,
+    CorruptBundleError,
+    EncoderInfo,
+    InvalidVersionError,
+    Manifest,
+    ReportNotFoundError,
+    validate_version,
+)
 from models.anchors import AnchorSet
+from models.atomic import (
+    atomic_write_json,
+    atomic_write_text,
+    fsync_directory,
+    fsync_file,
+    save_npy,
+)
 from models.checksums import sha256_directory, sha256_file, sha256_texts
 from models.encoder import Encoder, load_encoder
 
-BUNDLES_DIR = "bundles"
-MANIFEST = "manifest.json"
-ENCODER_DIR = "encoder"
-ANCHORS = "anchors.npy"
-ANCHOR_TEXTS = "anchor-texts.json"
-CORPUS = "corpus.npy"
-CORPUS_IDS = "corpus-ids.json"
-REPORT_DIR = "report"  # diagnostics of the version: report.json plus its PNG charts
-REPORT_JSON = "report.json"
-FORMAT = 1
 _TMP_PREFIX = ".tmp-"
-
-# Letters, digits, dot, dash, underscore; a letter or digit first, so "." and ".." and hidden
-# names are impossible and the name is always one path component.
-VERSION_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 SMOKE_TEXTS = (
     "A man is playing a guitar.",
     "The stock market fell sharply on Monday.",
     "Zwei Hunde spielen im Schnee.",
 )
-
-
-class BundleError(Exception):
-    """Base of every registry error; the message says which bundle and what is wrong."""
-
-
-class InvalidVersionError(BundleError, ValueError):
-    """A version name that could leave the store or is not one safe path component."""
-
-
-class BundleNotFoundError(BundleError, FileNotFoundError):
-    pass
-
-
-class BundleExistsError(BundleError, FileExistsError):
-    pass
-
-
-class ReportNotFoundError(BundleError, FileNotFoundError):
-    """The bundle exists but carries no diagnostics report."""
-
-
-class CorruptBundleError(BundleError):
-    """Checksums, dimensions or the smoke encode disagree with the manifest: never serve it."""
-
-
-class EncoderInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    dim: int = Field(ge=1)
-    checksum: str  # sha256_directory of encoder/, the key of every embedding cache
-
-
-class AnchorInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    count: int = Field(ge=2)
-    texts_sha256: str
-
-
-class CorpusInfo(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    revision: int = Field(ge=0)  # the document store's revision the embeddings reflect
-    count: int = Field(ge=0)
-
-
-class Manifest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    format: int = FORMAT
-    version: str
-    created_at: str
-    method: str | None  # training method, None for an imported base checkpoint
-    parent: str | None  # the version it was trained from
-    metrics: dict[str, Any] = Field(default_factory=dict)  # dev metrics, promotion-gate result
-    encoder: EncoderInfo
-    anchors: AnchorInfo
-    corpus: CorpusInfo | None = None
-    files: dict[str, str]  # relative POSIX path -> sha256, every file but the manifest
 
 
 @dataclass(frozen=True)
@@ -139,36 +94,8 @@ class LoadedBundle:
     corpus: CorpusSnapshot | None
 
 
-def validate_version(version: str) -> str:
-    """`version` unchanged when it is a safe bundle name, else InvalidVersionError."""
-    if not isinstance(version, str) or not VERSION_PATTERN.fullmatch(version):
-        raise InvalidVersionError(
-            f"invalid version name {version!r}: use 1-100 letters, digits, '.', '-', '_', "
-            "starting with a letter or digit"
-        )
-    return version
-
-
-def _fsync_file(path: Path) -> None:
-    with path.open("rb") as handle:
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_json(path: Path, value: Any) -> None:
-    path.write_text(json.dumps(value, indent=2, ensure_ascii=False), encoding="utf-8")
-
-
-def _save_matrix(path: Path, matrix: np.ndarray) -> None:
-    with path.open("wb") as handle:
-        np.save(handle, np.ascontiguousarray(matrix, dtype=np.float32))
+def _float32(matrix: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(matrix, dtype=np.float32)
 
 
 def _bundle_files(root: Path) -> list[Path]:
@@ -267,11 +194,11 @@ class BundleStore:
         tmp = self.bundles / f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
         try:
             shutil.copytree(encoder.path, tmp / ENCODER_DIR, symlinks=False)
-            _save_matrix(tmp / ANCHORS, anchor_matrix)
-            _write_json(tmp / ANCHOR_TEXTS, anchors.texts)
+            save_npy(tmp / ANCHORS, _float32(anchor_matrix))
+            atomic_write_json(tmp / ANCHOR_TEXTS, anchors.texts, indent=2)
             if corpus is not None:
-                _save_matrix(tmp / CORPUS, corpus.embeddings)
-                _write_json(tmp / CORPUS_IDS, corpus.ids)
+                save_npy(tmp / CORPUS, _float32(corpus.embeddings))
+                atomic_write_json(tmp / CORPUS_IDS, corpus.ids, indent=2)
             if report is not None:
                 shutil.copytree(report, tmp / REPORT_DIR, symlinks=False)
             files = _bundle_files(tmp)
@@ -292,16 +219,18 @@ class BundleStore:
                 else CorpusInfo(revision=corpus.revision, count=len(corpus.ids)),
                 files={path.relative_to(tmp).as_posix(): sha256_file(path) for path in files},
             )
-            (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
-            for path in [*files, tmp / MANIFEST]:
-                _fsync_file(path)
+            atomic_write_text(tmp / MANIFEST, manifest.model_dump_json(indent=2))
+            # The copied trees (encoder/, report/) are not on disk yet; the files written
+            # atomically above are, and a second fsync of those costs nothing.
+            for path in files:
+                fsync_file(path)
             for directory, _, _ in os.walk(tmp):
-                _fsync_dir(Path(directory))
+                fsync_directory(Path(directory))
             try:
                 os.rename(tmp, final)
             except OSError as error:
                 raise BundleExistsError(f"bundle {version!r} appeared meanwhile") from error
-            _fsync_dir(self.bundles)
+            fsync_directory(self.bundles)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

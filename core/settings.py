@@ -39,6 +39,10 @@ class Settings(BaseSettings):
         DATA_DIR / "nli" / "snli-dev-test.tsv",
     ]
     training_nli: list[Path] = [DATA_DIR / "nli" / "snli-dev-test.tsv"]
+    # Retrain jobs with text "auto" train on the corpus documents once it holds this many
+    # distinct texts, mixed with the general text so that documents make up the share below.
+    retrain_min_documents: int = Field(default=1000, ge=2)
+    retrain_documents_share: float = Field(default=0.5, gt=0.0, le=1.0)
     var_dir: Path = REPO_ROOT / "var"
 
     # Diagnostics (`rankserve diagnose`): HEROS-format file used when --data is not given.

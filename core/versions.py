@@ -30,6 +30,11 @@ def active_version(client: Redis, keys: RedisKeys) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def last_loaded(client: Redis, keys: RedisKeys) -> str | None:
+    value = client.get(keys.last_loaded)
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def activate(
     client: Redis,
     keys: RedisKeys,

@@ -4,15 +4,14 @@ Encoding 10k anchors takes about a minute on two CPU cores, so the matrix is cac
 keyed by the encoder checksum, the anchor texts' checksum and their count.
 """
 
-import os
 import random
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from models.atomic import save_npy
 from models.checksums import sha256_texts
 from models.encoder import Encoder
 from models.ranking import rank_vectors_chunked
@@ -59,20 +58,6 @@ def _cache_file(cache_dir: Path, encoder_checksum: str, texts_checksum: str, cou
     return cache_dir / "anchors" / f"{encoder_checksum[:16]}-{texts_checksum[:16]}-m{count}.npy"
 
 
-def _save_atomically(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.save(handle, array)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _load_cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
     """The cached matrix, or None when it is absent, unreadable, misshapen or not finite."""
     if not path.is_file():
@@ -99,7 +84,7 @@ def build_anchor_set(
     if cached is None:
         embeddings = encoder.encode(texts)  # (m, dim)
         if cache_path is not None:
-            _save_atomically(cache_path, embeddings.cpu().numpy())
+            save_npy(cache_path, embeddings.cpu().numpy())
     else:
         embeddings = torch.from_numpy(cached).to(encoder.device)
     return AnchorSet(

@@ -65,11 +65,14 @@ async def load_first_engine(services: Services, loader: EngineLoader) -> None:
     """Off the event loop, so /health answers while the model and anchors load."""
     try:
         engine = await asyncio.to_thread(loader, services.settings)
-    except Exception as error:
+    except Exception:
         logger.exception("the model failed to load")
-        services.holder.load_error = f"the model failed to load: {error}"
+        services.holder.load_error = "the model failed to load"
         return
-    services.switch.first(engine)
+    else:
+        services.switch.first(engine)
+    finally:
+        services.holder.first_attempt.set()
 
 
 def create_app(

@@ -56,6 +56,8 @@ class EngineHolder:
     def __init__(self) -> None:
         self._current: Engine | None = None
         self._loaded = asyncio.Event()
+        # Set once the first load has succeeded or failed: the swap manager starts after it.
+        self.first_attempt = asyncio.Event()
         self.load_error: str | None = None
 
     @property

@@ -34,10 +34,11 @@ from redis.exceptions import RedisError
 from rq import Queue
 
 from core.jobs import retrain_queue
+from core.loading import settings_bundle
 from core.redis_keys import RedisKeys
 from core.registry import BundleStore, LoadedBundle
 from core.settings import Settings
-from core.versions import active_version
+from core.versions import active_version, last_loaded
 from service.background import background_task
 from service.dependencies import Services
 from service.engine import Engine, load_engine
@@ -57,40 +58,53 @@ def engine_from_bundle(loaded: LoadedBundle) -> Engine:
     )
 
 
-def load_bundle(settings: Settings, store: BundleStore, version: str) -> LoadedBundle:
-    return store.load(
-        version,
-        device=settings.device,
-        max_seq_length=settings.max_seq_length,
-        batch_size=settings.encode_batch_size,
-    )
+class NoLoadableVersionError(RuntimeError):
+    """Neither the active version nor the last one the cluster served loads here."""
 
 
-def load_active_engine(settings: Settings) -> Engine:
-    """The first engine of a replica: the active bundle, so a replica that starts after a
-    promotion never serves an older model first; the settings checkpoint when no version is
-    active, Redis does not answer, or the bundle is refused (the swap manager then records
-    the refusal and keeps retrying on notices)."""
-    version: str | None = None
+def _versions_at_start(settings: Settings) -> tuple[str | None, str | None]:
+    """(active version, last version a replica served); both None when Redis is down."""
     client = Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5)
+    keys = RedisKeys(settings.redis_prefix)
     try:
-        version = active_version(client, RedisKeys(settings.redis_prefix))
+        return active_version(client, keys), last_loaded(client, keys)
     except RedisError as error:
         logger.warning(
             "cannot read the active version (%s); starting with the settings model", error
         )
+        return None, None
     finally:
         client.close()
-    if version is not None:
+
+
+def load_active_engine(settings: Settings) -> Engine:
+    """The first engine of a replica, by the rule the README states:
+
+    1. no active version (or Redis down): the settings checkpoint; the swap manager moves to
+       the active version as soon as Redis answers;
+    2. else the active bundle, so a replica that starts after a promotion never serves an
+       older model first;
+    3. if it does not load here, the last version a replica of this cluster loaded and served
+       (the settings checkpoint when that is its version);
+    4. if that fails too: NoLoadableVersionError, and the replica stays not ready while its
+       swap manager retries the active version (a bundle store that is mounted late).
+    """
+    active, last = _versions_at_start(settings)
+    if active is None:
+        return load_engine(settings)
+    store = BundleStore(settings.bundle_store)
+    for version in dict.fromkeys(v for v in (active, last) if v is not None):
         try:
-            return engine_from_bundle(
-                load_bundle(settings, BundleStore(settings.bundle_store), version)
-            )
-        except Exception:
-            logger.exception(
-                "active version %s refused at start; serving the settings model", version
-            )
-    return load_engine(settings)
+            return engine_from_bundle(settings_bundle(settings, store, version))
+        except Exception as error:
+            logger.error("version %s does not load at start: %s", version, error)
+        if not store.exists(version):
+            engine = load_engine(settings)
+            if engine.version == version:
+                return engine
+    raise NoLoadableVersionError(
+        "neither the active version nor the last served one loads; retrying"
+    )
 
 
 def replica_id() -> str:
@@ -134,7 +148,7 @@ class SwapManager:
 
     async def run(self) -> None:
         """Until cancelled: wake on a notice or every reconcile interval; survive Redis outages."""
-        await self.services.holder.wait_ready()
+        await self.services.holder.first_attempt.wait()
         failures = 0
         interval = self.settings.reconcile_interval_s
         while True:
@@ -166,10 +180,13 @@ class SwapManager:
             target = await self.client.get(self.keys.active_version)
             serving = self.serving
             # A refused bundle is immutable, so only an explicit notice (an operator
-            # activating it again, say after repairing the store) earns another try.
-            retry = notice or target not in self.refused
-            if target is not None and serving is not None and target != serving and retry:
+            # activating it again, say after repairing the store) earns another try; a replica
+            # that serves nothing yet retries on every round (a store mounted late).
+            retry = notice or target not in self.refused or serving is None
+            if target is not None and target != serving and retry:
                 await self._swap_to(target)
+            if self.serving is not None:
+                await self.client.set(self.keys.last_loaded, self.serving)
             await self._report()
 
     async def _swap_to(self, version: str) -> None:
@@ -177,7 +194,7 @@ class SwapManager:
         self.loading = version
         await self._report()
         try:
-            loaded = await asyncio.to_thread(load_bundle, self.settings, self.store, version)
+            loaded = await asyncio.to_thread(settings_bundle, self.settings, self.store, version)
             engine = engine_from_bundle(loaded)
             await self.services.switch.swap(engine, loaded.corpus)
         except Exception as error:

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from core.registry import REPORT_JSON
+from core.bundle_manifest import REPORT_JSON
 from core.settings import Settings
 from models.anchors import AnchorSet
 from models.encoder import Encoder

@@ -27,22 +27,30 @@ import redis.asyncio as aioredis
 from redis import Redis
 from rq import get_current_job
 
+from core.bundle_manifest import ENCODER_DIR
 from core.documents import AnchorRecord, DocumentStore, StoredDocument
 from core.embedding_cache import EmbeddingCache
-from core.jobs import parse_request
-from core.loading import base_version, settings_anchors, settings_dev_setup, settings_encoder
+from core.jobs import DEFAULT_RECIPE, RetrainRequest, parse_request
+from core.loading import (
+    base_version,
+    settings_anchors,
+    settings_bundle,
+    settings_dev_setup,
+    settings_encoder,
+)
 from core.redis_keys import RedisKeys
-from core.registry import ENCODER_DIR, BundleStore, CorpusSnapshot
+from core.registry import BundleStore, CorpusSnapshot
 from core.settings import Settings, get_settings
 from core.versions import activate, active_version
 from models.anchors import AnchorSet, build_anchor_set
 from models.checksums import sha256_directory
 from models.encoder import Encoder, default_model_path
 from models.evaluation.sts import PRIMARY_METRIC
-from models.training.config import Method
+from models.training.methods import Method, method_spec
 from models.training.trainer import ResumeMismatchError, TrainResult, train
 from worker.progress import ProgressReporter
 from worker.report import write_report
+from worker.training_text import TextSource, TrainingText, resolve_source, training_text
 
 GATED_SCORING = "blend"  # Eq. 7, what the service serves
 _PROMOTION_ATTEMPTS = 5
@@ -83,6 +91,32 @@ def embed_documents(settings: Settings, encoder: Encoder, texts: list[str]) -> n
         return cache.read_through(texts, lambda missing: encoder.encode(missing).cpu().numpy())
     finally:
         cache.close()
+
+
+def _training_text(
+    settings: Settings,
+    keys: RedisKeys,
+    request: RetrainRequest,
+    supervised: bool,
+    text_dir: Path,
+) -> TrainingText:
+    """The job's text: worker/training_text.py decides between documents and general text."""
+    revision, documents, source = 0, [], TextSource.GENERAL
+    if not supervised:
+        revision, stored, _ = asyncio.run(_read_documents(settings, keys))
+        documents = [doc.text for doc in stored]
+        source = resolve_source(
+            TextSource(request.text), len(set(documents)), settings.retrain_min_documents
+        )
+    return training_text(
+        source,
+        general_files=settings.training_files(supervised=supervised),
+        documents=documents,
+        revision=revision,
+        share=request.documents_share or settings.retrain_documents_share,
+        seed=0,
+        out_dir=text_dir,
+    )
 
 
 def primary_score(dev_metrics: dict[str, Any]) -> float:
@@ -148,7 +182,13 @@ def student_name(store: BundleStore, parent: str, method: Method) -> str:
 
 
 def run_retrain(
-    method: str, params: dict[str, Any], force: bool, teachers: list[str]
+    method: str,
+    params: dict[str, Any],
+    force: bool,
+    teachers: list[str],
+    recipe: str = DEFAULT_RECIPE,
+    text: str = TextSource.AUTO.value,
+    documents_share: float | None = None,
 ) -> dict[str, Any]:
     """The RQ job function; its JSON return value is the job's result."""
     settings = get_settings()
@@ -158,7 +198,10 @@ def run_retrain(
     progress.phase("preparing")
     client = Redis.from_url(settings.redis_url, decode_responses=True)
     try:
-        return _retrain(settings, client, job_id, progress, method, params, force, teachers)
+        request = RetrainRequest(
+            method, params, force, teachers, recipe, text=text, documents_share=documents_share
+        )
+        return _retrain(settings, client, job_id, progress, request)
     finally:
         client.close()
 
@@ -168,12 +211,10 @@ def _retrain(
     client: Redis,
     job_id: str,
     progress: ProgressReporter,
-    method: str,
-    params: dict[str, Any],
-    force: bool,
-    teachers: list[str],
+    request: RetrainRequest,
 ) -> dict[str, Any]:
-    parsed, config, teacher_paths = parse_request(method, params, teachers, settings)
+    parsed, config, teacher_paths = parse_request(request, settings)
+    force = request.force
     if config.device is None and settings.device is not None:
         config = config.model_copy(update={"device": settings.device})
     keys = RedisKeys(settings.redis_prefix)
@@ -183,7 +224,9 @@ def _retrain(
     base = base_version(sha256_directory(base_path))
     parent = active_version(client, keys) or base
     if store.exists(parent):
-        store.verify(parent)
+        # Loaded as a replica loads it (weights, smoke encode): a broken parent fails the job
+        # now, not after minutes of training.
+        settings_bundle(settings, store, parent)
         parent_path = store.path_for(parent) / ENCODER_DIR
     elif parent == base:
         parent_path = base_path
@@ -191,6 +234,8 @@ def _retrain(
         raise FileNotFoundError(f"the active version {parent!r} has no bundle in {store.bundles}")
 
     dev = settings_dev_setup(settings, config.eval_anchor_count)
+    text_dir = settings.runs_dir / f"retrain-{job_id}-text"
+    text = _training_text(settings, keys, request, method_spec(parsed).supervised, text_dir)
 
     def on_step(done: int, total: int, loss: float) -> None:
         progress.step(done, total, loss)
@@ -205,7 +250,7 @@ def _retrain(
             parsed,
             parent_path,
             teacher_paths,
-            settings.training_files(supervised=parsed.supervised),
+            text.files,
             out_dir,
             config,
             cache_dir=settings.cache_dir,
@@ -269,8 +314,13 @@ def _retrain(
             "final_loss": result.final_loss,
             "config": result.metadata["config"],
             "teachers": result.metadata["teachers"],
+            "training_text": text.record,
+            "recipe": request.recipe,
         },
     )
+    if decision["promote"]:
+        # Loaded as every replica will load it: a bundle that does not is never activated.
+        settings_bundle(settings, store, version)
     promoted = False
     for _ in range(_PROMOTION_ATTEMPTS):
         if not decision["promote"]:
@@ -284,5 +334,6 @@ def _retrain(
         raw_active = active_version(client, keys)
         decision = decide(raw_active)
     shutil.rmtree(out_dir, ignore_errors=True)
+    shutil.rmtree(text_dir, ignore_errors=True)
     progress.phase("done", version=version, promoted=promoted)
     return {"version": version, "promoted": promoted, "gate": decision, "dev": dev_metrics}

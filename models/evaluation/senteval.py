@@ -2,6 +2,8 @@
 
 Layout: <root>/STS/STS1{2..6}-en-test/STS.input.<subset>.txt with STS.gs.<subset>.txt,
 <root>/STS/STSBenchmark/sts-{dev,test}.csv, <root>/SICK/SICK_{trial,test_annotated}.txt.
+The column parsers of STS-B and SICK files (`parse_stsb`, `parse_sick`) are the only ones in
+the project: training reads the sentences of the train splits through them too.
 """
 
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ SICK_SPLITS = {"trial": "SICK_trial.txt", "test": "SICK_test_annotated.txt"}
 # RankEncoder Table 5 / Figure 5: STS-B pairs whose gold, scaled to [0, 1], is at least 0.67.
 SIMILAR_PAIRS_RANGE = (0.67, 1.0)
 STSB_MAX_SCORE = 5.0
+SICK_HEADER = "pair_ID"  # first field of a SICK file's header line
 
 
 class SentEvalFormatError(ValueError):
@@ -75,10 +78,14 @@ def _read_sts_subset(input_path: Path) -> tuple[list[tuple[str, str]], list[floa
     return pairs, scores
 
 
-def _read_stsb(path: Path) -> tuple[list[tuple[str, str]], list[float]]:
+def parse_stsb(lines: list[str], path: Path) -> tuple[list[tuple[str, str]], list[float]]:
+    """Sentence pairs and gold scores of an STS-B file (genre, file, year, id, score, s1, s2).
+
+    `lines` are the file's lines; `path` names the file in errors (SentEvalFormatError).
+    """
     pairs: list[tuple[str, str]] = []
     scores: list[float] = []
-    for line_no, line in enumerate(_read_lines(path), start=1):
+    for line_no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         columns = line.split("\t")
@@ -92,11 +99,14 @@ def _read_stsb(path: Path) -> tuple[list[tuple[str, str]], list[float]]:
     return pairs, scores
 
 
-def _read_sick(path: Path) -> tuple[list[tuple[str, str]], list[float]]:
-    lines = _read_lines(path)
-    if not lines or not lines[0].startswith("pair_ID"):
+def parse_sick(lines: list[str], path: Path) -> tuple[list[tuple[str, str]], list[float]]:
+    """Sentence pairs and relatedness scores of a SICK file (header pair_ID, sentence_A, ...).
+
+    `lines` are the file's lines; `path` names the file in errors (SentEvalFormatError).
+    """
+    if not lines or not lines[0].startswith(SICK_HEADER):
         raise SentEvalFormatError(
-            f"{path}:1: expected the header 'pair_ID sentence_A sentence_B ...'"
+            f"{path}:1: expected the header '{SICK_HEADER} sentence_A sentence_B ...'"
         )
     pairs: list[tuple[str, str]] = []
     scores: list[float] = []
@@ -145,13 +155,13 @@ def load_sts_tasks(root: Path) -> list[StsTask]:
     for split, filename in STSB_SPLITS.items():
         path = root / "STS" / "STSBenchmark" / filename
         if path.is_file():
-            pairs, scores = _read_stsb(path)
+            pairs, scores = parse_stsb(_read_lines(path), path)
             task = StsTask(f"STSBenchmark-{split}", pairs, np.asarray(scores, dtype=np.float64))
             tasks += [task, _similar_subset(task)]
     for split, filename in SICK_SPLITS.items():
         path = root / "SICK" / filename
         if path.is_file():
-            pairs, scores = _read_sick(path)
+            pairs, scores = parse_sick(_read_lines(path), path)
             tasks.append(
                 StsTask(f"SICKRelatedness-{split}", pairs, np.asarray(scores, dtype=np.float64))
             )

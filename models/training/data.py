@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from models.checksums import sha256_file, sha256_texts
-from models.evaluation.senteval import SICK_SPLITS, STSB_SPLITS
+from models.evaluation.senteval import (
+    SICK_HEADER,
+    SICK_SPLITS,
+    STSB_SPLITS,
+    SentEvalFormatError,
+    parse_sick,
+    parse_stsb,
+)
 
 EVALUATION_FILES = frozenset(STSB_SPLITS.values()) | frozenset(SICK_SPLITS.values())
 NLI_HEADER = ("premise", "hypothesis", "label")
@@ -80,13 +87,16 @@ def read_text_file(path: Path) -> list[str]:
     lines = path.read_text(encoding="utf-8").splitlines()
     if _is_nli(lines):
         return [text for premise, hypothesis, _ in read_nli(path) for text in (premise, hypothesis)]
-    if lines and lines[0].startswith("pair_ID"):
-        rows = [_columns(line, 3, path, n) for n, line in enumerate(lines[1:], 2) if line.strip()]
-        return [text for row in rows for text in (row[1], row[2])]
-    if path.suffix == ".csv":
-        rows = [_columns(line, 7, path, n) for n, line in enumerate(lines, 1) if line.strip()]
-        return [text for row in rows for text in (row[5], row[6])]
-    return [line.strip() for line in lines if line.strip()]
+    try:
+        if lines and lines[0].startswith(SICK_HEADER):
+            pairs, _ = parse_sick(lines, path)
+        elif path.suffix == ".csv":
+            pairs, _ = parse_stsb(lines, path)
+        else:
+            return [line.strip() for line in lines if line.strip()]
+    except SentEvalFormatError as error:
+        raise TrainingDataError(str(error)) from None
+    return [text for pair in pairs for text in pair]
 
 
 def nli_triples(rows: list[tuple[str, str, str]], hard_negatives: bool) -> list[NliTriple]:

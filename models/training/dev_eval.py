@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from models.anchors import load_anchor_set
+from models.atomic import atomic_write_json
 from models.checksums import sha256_file, sha256_texts
 from models.encoder import Encoder
 from models.evaluation.senteval import load_sts_tasks
@@ -50,7 +51,7 @@ def evaluate_dev(
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
     cache = setup.cache_dir / "dev-metrics" / f"{digest}.json" if setup.cache_dir else None
     if cache is not None and cache.is_file():
-        return json.loads(cache.read_text())
+        return json.loads(cache.read_text(encoding="utf-8"))
     anchors = load_anchor_set(
         encoder,
         setup.anchor_corpus,
@@ -65,6 +66,5 @@ def evaluate_dev(
     )
     metrics = {str(scoring): per_task for scoring, per_task in results.items()}
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_text(json.dumps(metrics))
+        atomic_write_json(cache, metrics)
     return metrics

@@ -10,16 +10,14 @@ separately so that a new seed or batch size does not re-run a large teacher.
 
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 import torch
 
 from models.anchors import load_anchor_set
+from models.atomic import atomic_write, save_npy
 from models.checksums import sha256_texts
 from models.encoder import Encoder
 from models.ranking import rank_vectors
@@ -39,18 +37,6 @@ def batch_schedule(n: int, batch_size: int, epochs: int, seed: int) -> torch.Ten
     return torch.cat(epochs_rows)  # (steps, batch_size)
 
 
-def _atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def encode_cached(encoder: Encoder, texts: list[str], cache_dir: Path) -> torch.Tensor:
     """Unit embeddings of `texts` by `encoder`, from disk when this exact encoding was done."""
     key = f"{encoder.checksum[:16]}-{sha256_texts(texts)[:16]}-L{encoder.max_seq_length}"
@@ -60,7 +46,7 @@ def encode_cached(encoder: Encoder, texts: list[str], cache_dir: Path) -> torch.
         if cached.shape == (len(texts), encoder.dim):
             return torch.from_numpy(cached)
     embeddings = encoder.encode(texts, progress=True).cpu()  # (n, dim)
-    _atomic_write(path, lambda handle: np.save(handle, embeddings.numpy()))
+    save_npy(path, embeddings.numpy())
     return embeddings
 
 
@@ -72,7 +58,7 @@ def _load_or_compute(path: Path, compute: Callable[[], torch.Tensor]) -> torch.T
     if path.is_file():
         return torch.load(path, weights_only=True)
     signals = compute()
-    _atomic_write(path, lambda handle: torch.save(signals, handle))
+    atomic_write(path, lambda handle: torch.save(signals, handle))
     return signals
 
 

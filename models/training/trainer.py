@@ -24,14 +24,12 @@ import torch
 from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
+from models.atomic import atomic_write, atomic_write_json
 from models.encoder import load_encoder
-from models.losses.infonce import InfoNCELoss
-from models.losses.mnrl import MNRLLoss
-from models.losses.rankcse import Listwise, RankCSELoss
-from models.losses.rankencoder import RankEncoderLoss
-from models.training.config import Method, TrainConfig
+from models.training.config import TrainConfig
 from models.training.data import TrainingData, load_sentences, load_triples
 from models.training.dev_eval import DevSetup, evaluate_dev
+from models.training.methods import Method, SignalKind, method_spec
 from models.training.signals import batch_schedule, cosine_signals, rank_signals
 
 METADATA_FILE = "training.json"
@@ -58,32 +56,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _build_loss(method: Method, model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
-    if method is Method.SIMCSE:
-        return InfoNCELoss(model, config.temperature)
-    if method is Method.RANKENCODER:
-        return RankEncoderLoss(
-            model,
-            temperature=config.temperature,
-            tau_lower=config.tau_lower,
-            tau_upper=config.tau_upper,
-            lambda_train=config.lambda_train,
-        )
-    if method is Method.MNRL:
-        return MNRLLoss(model, config.mnrl_scale)
-    listwise = Listwise.LISTNET if method is Method.RANKCSE_LISTNET else Listwise.LISTMLE
-    return RankCSELoss(
-        model,
-        listwise,
-        temperature=config.temperature,
-        tau_student=config.tau_student,
-        tau_teacher=config.tau_teacher,
-        alpha=config.alpha,
-        beta=config.beta,
-        gamma=config.gamma,
-    )
-
-
 def _teacher_signals(
     method: Method,
     teachers: list[Path | None],
@@ -94,7 +66,8 @@ def _teacher_signals(
     anchor_corpus: Path,
 ) -> tuple[torch.Tensor | None, list[dict[str, str]]]:
     """(T, steps, B, B) teacher matrices (None for teacher-free methods) and teacher records."""
-    low, high = method.teachers_used
+    spec = method_spec(method)
+    low, high = spec.teachers
     if not low <= len(teachers) <= high:
         raise ValueError(f"{method} takes {low} to {high} teachers, got {len(teachers)}")
     records, signals = [], []
@@ -105,7 +78,7 @@ def _teacher_signals(
         records.append(
             {"name": teacher.name, "path": str(teacher.path), "checksum": teacher.checksum}
         )
-        if method is Method.RANKENCODER:
+        if spec.signal is SignalKind.RANK:
             signals.append(
                 rank_signals(
                     teacher,
@@ -127,10 +100,7 @@ def _fingerprint(**parts: Any) -> str:
 
 
 def _save_state(path: Path, state: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    tmp.replace(path)
+    atomic_write(path, lambda handle: torch.save(state, handle))
 
 
 def library_versions() -> dict[str, str]:
@@ -153,7 +123,8 @@ def train(
 ) -> TrainResult:
     """Train a student of `base` with `method`; write the checkpoint, metadata, dev metrics."""
     seed_everything(config.seed)
-    if method.supervised:
+    spec = method_spec(method)
+    if spec.supervised:
         data = load_triples(
             data_paths, config.max_sentences, config.seed, hard_negatives=config.hard_negatives
         )
@@ -172,7 +143,7 @@ def train(
     model = parent.model
     serving_length = model.max_seq_length
     model.max_seq_length = config.max_seq_length
-    loss_fn = _build_loss(method, model, config)
+    loss_fn = spec.loss(model, config)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
@@ -225,7 +196,7 @@ def train(
     )
     for step in bar:
         rows = schedule[step].tolist()
-        if method.supervised:
+        if spec.supervised:
             batch = [data.triples[i] for i in rows]
             negatives = [t.negative or "" for t in batch] if config.hard_negatives else None
             loss = loss_fn([t.anchor for t in batch], [t.positive for t in batch], negatives)
@@ -233,8 +204,8 @@ def train(
             loss = loss_fn([data.sentences[i] for i in rows])
         else:
             teacher = signals[:, step].to(model.device)  # (T, B, B)
-            if method is Method.RANKENCODER:
-                teacher = teacher[0]  # (B, B)
+            if spec.signal is SignalKind.RANK:
+                teacher = teacher[0]  # (B, B): RankEncoder takes exactly one teacher
             loss = loss_fn([data.sentences[i] for i in rows], teacher)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
@@ -278,6 +249,6 @@ def train(
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "versions": library_versions(),
     }
-    (out_dir / METADATA_FILE).write_text(json.dumps(metadata, indent=2))
+    atomic_write_json(out_dir / METADATA_FILE, metadata, indent=2)
     shutil.rmtree(out_dir / RESUME_DIR, ignore_errors=True)
     return TrainResult(out_dir, total_steps, start, last_loss, metadata)

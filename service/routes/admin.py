@@ -8,15 +8,24 @@ them in its thread pool, where RQ's synchronous Redis calls belong.
 """
 
 import json
+import logging
 import pathlib
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.bundle_manifest import (
+    VERSION_PATTERN,
+    BundleError,
+    BundleNotFoundError,
+    InvalidVersionError,
+    ReportNotFoundError,
+)
 from core.jobs import (
+    DEFAULT_RECIPE,
     JobEndedError,
     JobNotFoundError,
     RetrainRequest,
@@ -29,16 +38,11 @@ from core.jobs import (
     reap_abandoned,
     submit,
 )
-from core.registry import (
-    VERSION_PATTERN,
-    BundleError,
-    BundleNotFoundError,
-    InvalidVersionError,
-    ReportNotFoundError,
-)
+from core.loading import settings_bundle
 from core.settings import Settings
 from core.versions import activate, active_version, history
-from models.training.config import Method
+from models.training.config import Recipe
+from models.training.methods import Method
 from service.auth import bearer_matches
 from service.dependencies import SettingsDep
 from service.errors import (
@@ -54,6 +58,7 @@ from service.errors import (
 from service.limits import StrictJSONRoute
 from service.swap import Operations
 
+logger = logging.getLogger(__name__)
 admin_scheme = HTTPBearer(auto_error=False, description="RANKSERVE_ADMIN_TOKEN")
 JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 
@@ -92,8 +97,23 @@ class RetrainBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     method: Method
+    recipe: Recipe = Field(
+        default=Recipe(DEFAULT_RECIPE),
+        description="quick: a smoke run; full: about an hour on 2 CPU cores",
+    )
     params: dict[str, Any] = Field(
-        default_factory=dict, description="TrainConfig overrides of the CPU recipe"
+        default_factory=dict, description="TrainConfig overrides of the recipe"
+    )
+    text: Literal["auto", "documents", "general"] = Field(
+        default="auto",
+        description="training text: the corpus documents, the general clean text, or auto "
+        "(documents once the corpus holds RANKSERVE_RETRAIN_MIN_DOCUMENTS distinct texts)",
+    )
+    documents_share: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        description="share of documents in the text mix; default RANKSERVE_RETRAIN_DOCUMENTS_SHARE",
     )
     force: bool = Field(
         default=False, strict=True, description="promote even if the dev metric is lower"
@@ -115,6 +135,9 @@ class JobView(BaseModel):
     force: bool
     params: dict[str, Any]
     teachers: list[str]
+    recipe: str
+    text: str
+    documents_share: float | None
     enqueued_at: str | None
     started_at: str | None
     ended_at: str | None
@@ -171,10 +194,13 @@ def _stored_report(ops: Operations, version: str) -> tuple[dict[str, Any], pathl
         return ops.store.report(version)
     except InvalidVersionError as error:
         raise InvalidRequestError(str(error)) from None
-    except (BundleNotFoundError, ReportNotFoundError) as error:
-        raise NotFoundError(str(error)) from None
+    except BundleNotFoundError:
+        raise NotFoundError(f"no bundle named {version!r}") from None
+    except ReportNotFoundError:
+        raise NotFoundError(f"bundle {version!r} has no diagnostics report") from None
     except BundleError as error:
-        raise ConflictError(f"bundle {version!r} is unusable: {error}") from None
+        logger.warning("report of %s unreadable: %s", version, error)
+        raise ConflictError(f"bundle {version!r} is unusable") from None
 
 
 def build_router(settings: Settings) -> APIRouter:
@@ -194,11 +220,19 @@ def build_router(settings: Settings) -> APIRouter:
     )
     def retrain(body: RetrainBody, ops: OperationsDep) -> RetrainAccepted:
         """Queue a retrain job; the worker trains, gates, bundles and (maybe) promotes."""
+        request = RetrainRequest(
+            body.method.value,
+            body.params,
+            body.force,
+            body.teachers,
+            body.recipe.value,
+            text=body.text,
+            documents_share=body.documents_share,
+        )
         try:
-            parse_request(body.method.value, body.params, body.teachers, ops.settings)
+            parse_request(request, ops.settings)
         except RetrainRequestError as error:
             raise InvalidRequestError(str(error)) from None
-        request = RetrainRequest(body.method.value, body.params, body.force, body.teachers)
         job = submit(ops.queue, request, ops.settings)
         return RetrainAccepted(job_id=job.id, status="queued")
 
@@ -281,7 +315,9 @@ def build_router(settings: Settings) -> APIRouter:
         responses=error_responses(InvalidRequestError, NotFoundError, ConflictError),
     )
     def activate_version(version: Version, ops: OperationsDep) -> ActivateResponse:
-        """Roll back or forward: verify the bundle's checksums, then make it the active one.
+        """Roll back or forward: load the bundle as a replica would (checksums, weights,
+        dimension, a finite smoke encode), then make it the active one; an unloadable bundle
+        is a 409 and the active version stays as it was.
 
         `version` is matched as a path so that names with slashes reach the validation (and
         its 422) instead of falling through to a 404.
@@ -289,13 +325,15 @@ def build_router(settings: Settings) -> APIRouter:
         try:
             ops.store.path_for(version)
         except InvalidVersionError as error:
+            # Its messages name the version and the rule, never a path.
             raise InvalidRequestError(str(error)) from None
         try:
-            ops.store.verify(version)
+            settings_bundle(ops.settings, ops.store, version)
         except BundleNotFoundError:
             raise NotFoundError(f"no bundle named {version!r}") from None
         except BundleError as error:
-            raise ConflictError(f"bundle {version!r} is unusable: {error}") from None
+            logger.warning("activation of %s refused: %s", version, error)
+            raise ConflictError(f"bundle {version!r} does not load; it stays inactive") from None
         # An operator re-activating a version asks every replica to try it afresh.
         ops.redis.hdel(ops.keys.refused_bundles, version)
         previous = active_version(ops.redis, ops.keys)

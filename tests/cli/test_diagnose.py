@@ -11,6 +11,7 @@ from cli.main import app
 from core.settings import DATA_DIR, get_settings
 from models.encoder import Encoder
 from models.evaluation.heros import read_heros
+from tests.cli.conftest import flat
 
 QUERY = "a man is playing a guitar ."
 PAIRS = [
@@ -56,9 +57,10 @@ def senteval_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def run(*args: str) -> str:
+    """The command's output, whitespace runs made one space (tests/cli/conftest.py)."""
     result = CliRunner().invoke(app, ["diagnose", *args])
     assert result.exit_code == 0, result.output
-    return result.output
+    return flat(result.output)
 
 
 @pytest.mark.slow
@@ -70,8 +72,9 @@ def test_heros_compares_models_on_a_file(var_dir: Path, tmp_path: Path) -> None:
         "heros", "--data", str(small), "--model", "default", "--model", "default", *ANCHORS,
         "--json", str(out),
     )  # fmt: skip
-    assert "Synonym" in output and "baseline" in output
+    assert "Synonym" in output and "baseline (raw)" in output  # the table was printed
     payload = json.loads(out.read_text())
+    assert "Synonym" in payload["results"][0]["pairs"]
     assert "the first 5 x last 5 originals" in payload["results"][0]["notes"][0]
     labels = [result["model"] for result in payload["results"]]
     assert labels == ["all-MiniLM-L6-v2 #1", "all-MiniLM-L6-v2 #2"]
@@ -104,11 +107,37 @@ def test_heros_input_errors_exit_with_code_2(var_dir: Path, tmp_path: Path) -> N
     missing = str(tmp_path / "no.tsv")
     result = CliRunner().invoke(app, ["diagnose", "heros", "--data", missing])
     assert result.exit_code == 2
-    assert "file not found" in result.output
+    assert "file not found" in flat(result.output)
+    result = CliRunner().invoke(app, ["diagnose", "heros", "--generate", missing])
+    assert result.exit_code == 2
+    assert "file not found" in flat(result.output)
     both = ["diagnose", "heros", "--data", missing, "--generate", missing]
     result = CliRunner().invoke(app, both)
     assert result.exit_code == 2
-    assert "not both" in result.output
+    assert "give --data or --generate, not both" in flat(result.output)
+
+
+@pytest.mark.slow
+def test_model_default_is_the_packaged_minilm_whatever_the_settings_name(
+    var_dir: Path, senteval_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--model default` never reads RANKSERVE_MODEL_PATH (cli/diagnose.py `_load_model`)."""
+    not_a_checkpoint = tmp_path / "other-checkpoint"
+    not_a_checkpoint.mkdir()
+    monkeypatch.setenv("RANKSERVE_MODEL_PATH", str(not_a_checkpoint))
+    get_settings.cache_clear()
+    try:
+        assert get_settings().model_path == not_a_checkpoint
+        args = ["ranking", "--data", str(senteval_dir), *ANCHORS]
+        # Without --model the settings' checkpoint is loaded, and this one is not a model.
+        result = CliRunner().invoke(app, ["diagnose", *args])
+        assert result.exit_code != 0
+        assert str(not_a_checkpoint) in f"{result.exception} {result.output}"
+        out = tmp_path / "ranking.json"
+        run(*args, "--model", "default", "--json", str(out))
+    finally:
+        get_settings.cache_clear()
+    assert list(json.loads(out.read_text())["results"]) == ["all-MiniLM-L6-v2"]
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from core.registry import (
+from core.bundle_manifest import (
     ANCHORS,
     CORPUS,
     ENCODER_DIR,
@@ -19,13 +19,12 @@ from core.registry import (
     REPORT_DIR,
     REPORT_JSON,
     BundleExistsError,
-    BundleStore,
-    CorpusSnapshot,
     CorruptBundleError,
     InvalidVersionError,
     ReportNotFoundError,
     validate_version,
 )
+from core.registry import BundleStore, CorpusSnapshot
 from models.anchors import AnchorSet
 from models.checksums import sha256_directory, sha256_file
 from models.encoder import Encoder

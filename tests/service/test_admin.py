@@ -16,14 +16,17 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
+from core.bundle_manifest import ANCHORS, ENCODER_DIR, MANIFEST
 from core.redis_keys import RedisKeys
-from core.registry import ANCHORS, ENCODER_DIR, MANIFEST, BundleStore
+from core.registry import BundleStore
 from core.settings import DATA_DIR, Settings
+from core.versions import activate
 from models.anchors import AnchorSet
 from models.checksums import sha256_file
 from models.encoder import Encoder
 from service.engine import Engine
-from tests.service.conftest import Server, fixed_engine, make_settings, serve
+from service.swap import load_active_engine
+from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
 from tests.worker.conftest import delete_queue_keys, wait_for
 from worker.report import write_report
 
@@ -241,10 +244,14 @@ def test_literal_dot_dot_is_422_too(admin_server: Server, store_dir: Path):
 def test_activate_refuse_and_roll_back(admin, admin_server: Server, engine: Engine):
     assert admin.post("/admin/models/missing/activate").status_code == 404
 
-    # A bundle whose checksums fail is refused by the API itself: nothing changes.
-    corrupt = admin.post("/admin/models/truncated/activate")
-    assert corrupt.status_code == 409
-    assert "does not match its sha256" in corrupt.json()["error"]["message"]
+    # Bundles that do not load (checksums fail; checksums pass but 128-wide anchors) are
+    # refused by the API itself, which loads them as a replica would: nothing changes.
+    for name in ("truncated", "narrow"):
+        refused = admin.post(f"/admin/models/{name}/activate")
+        assert refused.status_code == 409
+        assert refused.json()["error"]["type"] == "conflict"
+        assert name in refused.json()["error"]["message"]
+        assert admin.get("/admin/models").json()["active"] is None
     assert _serving(admin_server) == engine.version
 
     # Roll forward to v1, then v2: every replica (this one) follows the active key.
@@ -253,10 +260,14 @@ def test_activate_refuse_and_roll_back(admin, admin_server: Server, engine: Engi
     admin.post("/admin/models/v2/activate")
     wait_for(lambda: _serving(admin_server) == "v2", 60, "the replica never swapped to v2")
 
-    # A bundle that passes its checksums but has 128-wide anchors: activated, then refused
-    # by the replica's loader, reported, and the replica keeps serving v2.
+    # The active key names a bundle this replica cannot load (set past the API, as by a
+    # worker on another machine whose store differs): refused by the replica's loader,
+    # reported, and the replica keeps serving v2.
     refused_before = _swaps(admin_server, "refused")
-    assert admin.post("/admin/models/narrow/activate").status_code == 200
+    settings = admin_server.services.settings
+    client = redis.Redis.from_url(settings.redis_url)
+    activate(client, RedisKeys(settings.redis_prefix), "narrow", reason="set past the API")
+    client.close()
     wait_for(
         lambda: _swaps(admin_server, "refused") > refused_before, 60, "narrow was never refused"
     )
@@ -332,3 +343,46 @@ def test_report_errors(admin):
     assert admin.get("/admin/models/missing/report").status_code == 404
     assert admin.get("/admin/models/reported/report/other.png").status_code == 404
     assert admin.get("/admin/models/.hidden/report").status_code == 422
+
+
+def _set_versions(settings: Settings, **values: str) -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    keys = RedisKeys(settings.redis_prefix)
+    for name, version in values.items():
+        client.set(getattr(keys, name), version)
+    client.close()
+
+
+def test_a_restarted_replica_serves_the_last_loaded_version_never_the_base(
+    tmp_path: Path, store_dir: Path
+):
+    # The active key names a bundle no replica can load; the cluster last served v1.
+    settings = make_settings(tmp_path, store_dir=store_dir, reconcile_interval_s=600)
+    _set_versions(settings, active_version="narrow", last_loaded="v1")
+    with serve(settings, loader=load_active_engine) as server:
+        server.wait_ready()
+        assert _serving(server) == "v1"
+        with server.client() as client:
+            assert client.get("/info").json()["model_version"] == "v1"
+
+
+def test_a_replica_that_can_load_nothing_stays_not_ready_until_the_store_appears(
+    tmp_path: Path, store_dir: Path
+):
+    # The bundle store is mounted late: at start it is empty, so neither the active version
+    # nor the last served one loads. The replica must not serve the base model meanwhile.
+    late_store = tmp_path / "late-store"
+    settings = make_settings(tmp_path / "var", store_dir=late_store, reconcile_interval_s=0.5)
+    _set_versions(settings, active_version="v1", last_loaded="v2")
+    with serve(settings, loader=load_active_engine) as server, server.client() as client:
+        wait_for(
+            lambda: server.services.holder.first_attempt.is_set(), 120, "no first load attempt"
+        )
+        ready = client.get("/ready")
+        assert ready.status_code == 503 and ready.json()["error"]["type"] == "not_ready"
+        encoded = client.post("/encode", json={"texts": ["x"]}, headers=AUTH)
+        assert encoded.status_code == 503 and encoded.json()["error"]["type"] == "not_ready"
+        assert server.services.holder.current is None
+        shutil.copytree(store_dir / "bundles" / "v1", late_store / "bundles" / "v1")
+        wait_for(lambda: client.get("/ready").status_code == 200, 120, "v1 was never loaded")
+        assert _serving(server) == "v1"

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from core.registry import MANIFEST, BundleStore
+from core.bundle_manifest import MANIFEST
+from core.registry import BundleStore
 from worker.retrain import gate
 
 SETUP = {"anchors": 16, "lambda_inf": 0.1, "anchor_corpus": "wiki.txt"}

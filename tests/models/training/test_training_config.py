@@ -5,17 +5,44 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from models.training.config import Method, TrainConfig
+from models.training.config import Recipe, TrainConfig, recipe_config
+from models.training.methods import (
+    METHODS,
+    Method,
+    SignalKind,
+    UnknownMethodError,
+    method_spec,
+    paper_config,
+)
 
 
 def test_cpu_recipe_and_paper_presets():
     cpu = TrainConfig()
     assert (cpu.max_sentences, cpu.max_seq_length, cpu.batch_size) == (2048, 32, 64)
     assert (cpu.tau_lower, cpu.tau_upper, cpu.lambda_train) == (0.5, 0.8, 0.05)
-    rankcse = TrainConfig.paper(Method.RANKCSE_LISTNET)
+    rankcse = paper_config(Method.RANKCSE_LISTNET)
     assert (rankcse.batch_size, rankcse.epochs, rankcse.alpha) == (128, 4, pytest.approx(1 / 3))
-    assert TrainConfig.paper(Method.MNRL).batch_size == 12
-    assert TrainConfig.paper(Method.SIMCSE, seed=5).seed == 5
+    assert paper_config(Method.MNRL).batch_size == 12
+    assert paper_config(Method.SIMCSE, seed=5).seed == 5
+    assert paper_config(Method.SIMCSE).max_sentences is None
+
+
+def test_recipes_by_name():
+    assert recipe_config("quick") == TrainConfig()
+    full = recipe_config(Recipe.FULL, seed=3)
+    assert full.max_sentences is None and full.seed == 3
+    with pytest.raises(ValueError, match="not a valid Recipe"):
+        recipe_config("huge")
+
+
+def test_every_method_has_one_row_and_unknown_names_are_errors():
+    assert set(METHODS) == set(Method)
+    for spec in METHODS.values():
+        low, high = spec.teachers
+        assert 0 <= low <= high
+        assert (low > 0) == (spec.signal is not SignalKind.NONE)
+    with pytest.raises(UnknownMethodError, match="one of simcse"):
+        method_spec("rankcse")
 
 
 @pytest.mark.parametrize("suffix", [".json", ".toml"])

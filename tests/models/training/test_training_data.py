@@ -41,6 +41,20 @@ def test_evaluation_splits_are_refused(tmp_path: Path, name: str):
         read_text_file(path)
 
 
+def test_malformed_senteval_train_files_name_file_and_line(tmp_path: Path):
+    """STS-B and SICK train files go through the evaluation's own SentEval parsers."""
+    stsb = tmp_path / "sts-train.csv"
+    stsb.write_text("g\tf\t2012\t0\t4.0\ta .\tb .\ng\tf\t2012\t1\t3.0\tonly one\n")
+    with pytest.raises(TrainingDataError, match=r"sts-train\.csv:2: expected 7"):
+        read_text_file(stsb)
+    sick = tmp_path / "SICK_train.txt"
+    sick.write_text("pair_ID\tsentence_A\tsentence_B\trelatedness_score\n1\ta .\tb .\tfive\n")
+    with pytest.raises(TrainingDataError, match=r"SICK_train\.txt:2: score 'five'"):
+        read_text_file(sick)
+    sick.write_text("pair_ID\tsentence_A\tsentence_B\trelatedness_score\n1\ta .\tb .\t4.5\n")
+    assert read_text_file(sick) == ["a .", "b ."]
+
+
 def test_nli_triples_pair_entailment_with_a_contradiction_of_the_same_premise():
     rows = [
         ("p1", "e1", "entailment"),

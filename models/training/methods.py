@@ -1,0 +1,149 @@
+"""The one table of training methods: for each, its loss, the data it reads, the teacher signal
+it needs, how many teachers it takes and the paper's settings.
+
+Adding a method means one row here and one loss module in models/losses/. A name that is not
+in the table is an error (`UnknownMethodError`), never a fall-back to another loss.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from sentence_transformers import SentenceTransformer
+from torch import nn
+
+from models.losses.infonce import InfoNCELoss
+from models.losses.mnrl import MNRLLoss
+from models.losses.rankcse import Listwise, RankCSELoss
+from models.losses.rankencoder import RankEncoderLoss
+from models.training.config import TrainConfig
+
+
+class Method(StrEnum):
+    SIMCSE = "simcse"
+    RANKENCODER = "rankencoder"
+    RANKCSE_LISTNET = "rankcse-listnet"
+    RANKCSE_LISTMLE = "rankcse-listmle"
+    MNRL = "mnrl"
+
+
+class DataKind(StrEnum):
+    SENTENCES = "sentences"  # unlabeled text
+    NLI_TRIPLES = "nli-triples"  # (premise, entailed, contradicted) from an NLI file
+
+
+class SignalKind(StrEnum):
+    NONE = "none"
+    COSINE = "cosine"  # the teacher's in-batch cosine matrices (RankCSE S^T)
+    RANK = "rank"  # the teacher's in-batch rank-vector similarities (RankEncoder u_i.u_j)
+
+
+class UnknownMethodError(ValueError):
+    pass
+
+
+LossFactory = Callable[[SentenceTransformer, TrainConfig], nn.Module]
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    loss: LossFactory
+    data: DataKind
+    signal: SignalKind
+    teachers: tuple[int, int]  # (fewest, most)
+    paper: Mapping[str, Any]  # TrainConfig fields of the paper's (GPU-sized) setting
+
+    @property
+    def supervised(self) -> bool:
+        return self.data is DataKind.NLI_TRIPLES
+
+
+def _rankcse(listwise: Listwise) -> LossFactory:
+    def build(model: SentenceTransformer, config: TrainConfig) -> nn.Module:
+        return RankCSELoss(
+            model,
+            listwise,
+            temperature=config.temperature,
+            tau_student=config.tau_student,
+            tau_teacher=config.tau_teacher,
+            alpha=config.alpha,
+            beta=config.beta,
+            gamma=config.gamma,
+        )
+
+    return build
+
+
+def _rankencoder(model: SentenceTransformer, config: TrainConfig) -> nn.Module:
+    return RankEncoderLoss(
+        model,
+        temperature=config.temperature,
+        tau_lower=config.tau_lower,
+        tau_upper=config.tau_upper,
+        lambda_train=config.lambda_train,
+    )
+
+
+# Paper settings: SimCSE (Gao et al., 2021, unsupervised BERT-base: batch 64, lr 3e-5, one
+# epoch over 10^6 sentences); RankEncoder Section 4.3 (its base encoder's, i.e. SimCSE's);
+# RankCSE Appendix A (batch 128, lr 3e-5, 4 epochs, warm-up 5 %); MNRL-SBERT Section IV
+# (batch 12, lr 2e-5, one epoch, 10 % warm-up).
+_PAPER_DATA = {"max_sentences": None, "teacher_anchor_count": 100_000}
+_RANKCSE_PAPER = {"batch_size": 128, "learning_rate": 3e-5, "epochs": 4}
+_SIMCSE_PAPER = {"batch_size": 64, "learning_rate": 3e-5, "warmup_ratio": 0.0}
+
+METHODS: Mapping[Method, MethodSpec] = MappingProxyType(
+    {
+        Method.SIMCSE: MethodSpec(
+            loss=lambda model, config: InfoNCELoss(model, config.temperature),
+            data=DataKind.SENTENCES,
+            signal=SignalKind.NONE,
+            teachers=(0, 0),
+            paper=_SIMCSE_PAPER,
+        ),
+        Method.RANKENCODER: MethodSpec(
+            loss=_rankencoder,
+            data=DataKind.SENTENCES,
+            signal=SignalKind.RANK,
+            teachers=(1, 1),
+            paper=_SIMCSE_PAPER,
+        ),
+        Method.RANKCSE_LISTNET: MethodSpec(
+            loss=_rankcse(Listwise.LISTNET),
+            data=DataKind.SENTENCES,
+            signal=SignalKind.COSINE,
+            teachers=(1, 2),
+            paper=_RANKCSE_PAPER,
+        ),
+        Method.RANKCSE_LISTMLE: MethodSpec(
+            loss=_rankcse(Listwise.LISTMLE),
+            data=DataKind.SENTENCES,
+            signal=SignalKind.COSINE,
+            teachers=(1, 2),
+            paper=_RANKCSE_PAPER,
+        ),
+        Method.MNRL: MethodSpec(
+            loss=lambda model, config: MNRLLoss(model, config.mnrl_scale),
+            data=DataKind.NLI_TRIPLES,
+            signal=SignalKind.NONE,
+            teachers=(0, 0),
+            paper={"batch_size": 12, "learning_rate": 2e-5, "warmup_ratio": 0.1},
+        ),
+    }
+)
+
+
+def method_spec(method: Method | str) -> MethodSpec:
+    """The table's row for `method`; UnknownMethodError names the choices."""
+    try:
+        return METHODS[Method(method)]
+    except ValueError:
+        choices = ", ".join(m.value for m in Method)
+        raise UnknownMethodError(f"unknown method {method!r}; one of {choices}") from None
+
+
+def paper_config(method: Method, **overrides: Any) -> TrainConfig:
+    """The papers' settings for `method` (GPU-sized: 10^6 sentences for the unsupervised)."""
+    return TrainConfig(**(_PAPER_DATA | dict(method_spec(method).paper) | overrides))

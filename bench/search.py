@@ -29,8 +29,9 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.timing import percentile
-from models.index import IndexConfig, SearchHits, SearchIndex, eq7_scores
+from models.index import IndexConfig, SearchIndex
 from models.ranking import anchor_ranks, normalise_ranks, rank_vectors_chunked
+from models.rescoring import SearchHits, eq7_scores
 
 T = TypeVar("T")
 

@@ -2,21 +2,32 @@
 similar, beyond one STS number. The metrics live in models/evaluation; this module loads models,
 prints tables and writes JSON and charts (default under <var>/diagnostics)."""
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from core.loading import settings_anchors, settings_encoder
+from cli.diagnose_common import (
+    AnchorsOption,
+    DataDirOption,
+    JsonOption,
+    LambdaOption,
+    ModelOption,
+    diagnostics_dir,
+    lambda_or_default,
+    load_model,
+    load_models,
+    rich_table,
+    sts_tasks,
+    write_json,
+)
 from core.settings import Settings, get_settings
 from models.anchors import read_sentences
-from models.encoder import default_model_path
 from models.evaluation.charts import geometry_chart, heros_chart, similar_pairs_chart
-from models.evaluation.diagnostics import STSB_DEV, ScoredModel, diagnostics_report
+from models.evaluation.diagnostics import STSB_DEV, diagnostics_report
 from models.evaluation.geometry import evaluate_geometry
 from models.evaluation.heros import (
     HerosData,
@@ -28,7 +39,6 @@ from models.evaluation.heros import (
 )
 from models.evaluation.heros_generate import generate_heros
 from models.evaluation.ranking_metrics import evaluate_ranking
-from models.evaluation.senteval import SentEvalFormatError, StsTask, load_sts_tasks
 from models.evaluation.similar_pairs import find_similar_task, similar_pairs_rows
 from models.evaluation.sts import Scoring, model_scorer
 
@@ -37,82 +47,6 @@ app = typer.Typer(
     "similar pairs (RankEncoder Table 5).",
     no_args_is_help=True,
 )
-
-DEFAULT_MODEL = "default"  # names the packaged all-MiniLM-L6-v2 among other --model paths
-ModelOption = Annotated[
-    list[Path] | None,
-    typer.Option(
-        "--model",
-        help="sentence-transformers directory, repeatable ('default' = packaged MiniLM); "
-        "default: settings model",
-    ),
-]
-AnchorsOption = Annotated[
-    int | None, typer.Option(min=2, help="Anchor sentences M; default: settings")
-]
-LambdaOption = Annotated[
-    float | None, typer.Option("--lambda", min=0.0, max=1.0, help="Eq. 7 weight; default: settings")
-]
-DataDirOption = Annotated[
-    Path | None, typer.Option("--data", help="SentEval-layout directory; default: bundled dev sets")
-]
-JsonOption = Annotated[Path | None, typer.Option("--json", help="Write the results here")]
-
-
-def _diagnostics_dir(settings: Settings) -> Path:
-    return settings.var_dir / "diagnostics"
-
-
-def _load_model(settings: Settings, path: Path | None, anchors: int | None) -> ScoredModel:
-    # 'default' is the packaged MiniLM itself, whatever RANKSERVE_MODEL_PATH names.
-    encoder = settings_encoder(
-        settings, default_model_path() if path is not None and str(path) == DEFAULT_MODEL else path
-    )
-    anchor_set = settings_anchors(settings, encoder, anchors)
-    return ScoredModel(label=encoder.name, encoder=encoder, anchors=anchor_set)
-
-
-def _load_models(
-    settings: Settings, paths: Sequence[Path] | None, anchors: int | None
-) -> list[ScoredModel]:
-    """One model per --model (the settings model when none), labels made unique."""
-    models = [_load_model(settings, path, anchors) for path in (paths or [settings.model_path])]
-    labels = [model.label for model in models]
-    return [
-        ScoredModel(f"{model.label} #{k + 1}", model.encoder, model.anchors)
-        if labels.count(model.label) > 1
-        else model
-        for k, model in enumerate(models)
-    ]
-
-
-def _sts_tasks(settings: Settings, data: Path | None, console: Console) -> list[StsTask]:
-    try:
-        return load_sts_tasks(data or settings.senteval_dir)
-    except SentEvalFormatError as error:
-        console.print(f"[red]error:[/red] {error}")
-        raise typer.Exit(code=2) from None
-
-
-def _lambda(settings: Settings, value: float | None) -> float:
-    return settings.lambda_inf if value is None else value
-
-
-def _table(title: str, text_columns: Sequence[str], number_columns: Sequence[str]) -> Table:
-    table = Table(title=title)
-    for column in text_columns:
-        table.add_column(column)
-    for column in number_columns:
-        table.add_column(column, justify="right")
-    return table
-
-
-def _write_json(path: Path | None, payload: Any, console: Console) -> None:
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(payload, indent=2))
-    console.print(f"results written to {path}")
 
 
 def render_heros(results: Sequence[HerosResult], scorings: Sequence[Scoring]) -> Table:
@@ -169,7 +103,7 @@ def heros(
     """Mean normalised cosine and Eq. 7 similarity per HEROS subset, per model, with a chart."""
     settings = get_settings()
     console = Console()
-    out_dir = _diagnostics_dir(settings)
+    out_dir = diagnostics_dir(settings)
     if generate is not None and data is not None:
         console.print("[red]error:[/red] give --data or --generate, not both")
         raise typer.Exit(code=2)
@@ -193,14 +127,16 @@ def heros(
         except HerosFormatError as error:
             console.print(f"[red]error:[/red] {error}")
             raise typer.Exit(code=2) from None
-    results = _heros_results(settings, heros_data, model, anchors, _lambda(settings, lambda_))
+    results = _heros_results(
+        settings, heros_data, model, anchors, lambda_or_default(settings, lambda_)
+    )
     scorings = scoring or [Scoring.COSINE, Scoring.BLEND]
     console.print(render_heros(results, scorings))
     for note in results[0].notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     path = heros_chart(results, chart or out_dir / "heros.png", scorings=scorings, title=title)
     console.print(f"chart written to {path}")
-    _write_json(json_out, {"results": [r.to_dict() for r in results], "chart": str(path)}, console)
+    write_json(json_out, {"results": [r.to_dict() for r in results], "chart": str(path)}, console)
 
 
 def _heros_results(
@@ -212,7 +148,7 @@ def _heros_results(
 ) -> list[HerosResult]:
     return [
         evaluate_heros(m.encoder, m.anchors, data, lambda_inf, label=m.label)
-        for m in _load_models(settings, paths, anchors)
+        for m in load_models(settings, paths, anchors)
     ]
 
 
@@ -229,12 +165,12 @@ def geometry(
     """Alignment and uniformity (Wang and Isola) of embeddings and rank vectors on STS-B dev."""
     settings = get_settings()
     console = Console()
-    task, _ = find_similar_task(_sts_tasks(settings, data, console), STSB_DEV)
+    task, _ = find_similar_task(sts_tasks(settings, data, console), STSB_DEV)
     results = [
         evaluate_geometry(m.encoder, m.anchors, task, label=m.label)
-        for m in _load_models(settings, model, anchors)
+        for m in load_models(settings, model, anchors)
     ]
-    table = _table(
+    table = rich_table(
         f"{task.name}: {results[0]['positive_pairs']} positive pairs (gold ≥ 4.0), "
         f"{results[0]['sentences']} sentences; lower is better",
         ("model", "space"),
@@ -251,9 +187,9 @@ def geometry(
                 f"{result[space]['uniformity']:.4f}",
             )
     console.print(table)
-    path = geometry_chart(results, chart or _diagnostics_dir(settings) / "geometry.png")
+    path = geometry_chart(results, chart or diagnostics_dir(settings) / "geometry.png")
     console.print(f"chart written to {path}")
-    _write_json(json_out, {"results": results, "chart": str(path)}, console)
+    write_json(json_out, {"results": results, "chart": str(path)}, console)
 
 
 @app.command("ranking")
@@ -268,15 +204,15 @@ def ranking(
     Kendall's tau and NDCG (x 100) of the predicted order against the gold order."""
     settings = get_settings()
     console = Console()
-    tasks = [t for t in _sts_tasks(settings, data, console) if t.in_average]
-    lambda_inf = _lambda(settings, lambda_)
+    tasks = [t for t in sts_tasks(settings, data, console) if t.in_average]
+    lambda_inf = lambda_or_default(settings, lambda_)
     payload = {}
-    table = _table(
+    table = rich_table(
         f"Ranking tasks (RankCSE App. G), x 100, lambda={lambda_inf}",
         ("model", "task", "scoring"),
         ("lists", "Kendall tau", "NDCG"),
     )
-    for m in _load_models(settings, model, anchors):
+    for m in load_models(settings, model, anchors):
         scorer = model_scorer(m.encoder, m.anchors, lambda_inf)
         results = evaluate_ranking(tasks, scorer, list(Scoring))
         payload[m.label] = results
@@ -293,7 +229,7 @@ def ranking(
     if not any(payload.values()):
         console.print("[yellow]no sentence has more than three scored partners[/yellow]")
     console.print(table)
-    _write_json(json_out, {"lambda_inf": lambda_inf, "results": payload}, console)
+    write_json(json_out, {"lambda_inf": lambda_inf, "results": payload}, console)
 
 
 @app.command("similar-pairs")
@@ -317,17 +253,17 @@ def similar_pairs(
     Eq. 7."""
     settings = get_settings()
     console = Console()
-    task, similar = find_similar_task(_sts_tasks(settings, data, console), STSB_DEV)
-    lambda_inf = _lambda(settings, lambda_)
-    base = _load_model(settings, model or settings.model_path, anchors)
-    students = _load_models(settings, student, anchors) if student else []
+    task, similar = find_similar_task(sts_tasks(settings, data, console), STSB_DEV)
+    lambda_inf = lambda_or_default(settings, lambda_)
+    base = load_model(settings, model or settings.model_path, anchors)
+    students = load_models(settings, student, anchors) if student else []
     rows = similar_pairs_rows(
         (base.label, model_scorer(base.encoder, base.anchors, lambda_inf)),
         [(s.label, model_scorer(s.encoder, s.anchors, lambda_inf)) for s in students],
         task,
         similar,
     )
-    table = _table(
+    table = rich_table(
         f"Similar pairs: {len(similar.pairs)} of {len(task.pairs)} {task.name} pairs, "
         f"Spearman x 100, lambda={lambda_inf}",
         ("row (RankEncoder Table 5)", "model", "scoring"),
@@ -338,9 +274,9 @@ def similar_pairs(
             row["row"], row["model"], row["scoring"], f"{row['similar']:.2f}", f"{row['all']:.2f}"
         )
     console.print(table)
-    path = similar_pairs_chart(rows, chart or _diagnostics_dir(settings) / "similar-pairs.png")
+    path = similar_pairs_chart(rows, chart or diagnostics_dir(settings) / "similar-pairs.png")
     console.print(f"chart written to {path}")
-    _write_json(json_out, {"lambda_inf": lambda_inf, "rows": rows, "chart": str(path)}, console)
+    write_json(json_out, {"lambda_inf": lambda_inf, "rows": rows, "chart": str(path)}, console)
 
 
 @app.command("report")
@@ -363,20 +299,20 @@ def report(
     """Everything above for one model, as the worker will store it with a version."""
     settings = get_settings()
     console = Console()
-    tasks = _sts_tasks(settings, data, console)
+    tasks = sts_tasks(settings, data, console)
     try:
         heros_rows = read_heros(heros_data or settings.heros_data)
     except HerosFormatError as error:
         console.print(f"[red]error:[/red] {error}")
         raise typer.Exit(code=2) from None
     result = diagnostics_report(
-        _load_model(settings, model or settings.model_path, anchors),
+        load_model(settings, model or settings.model_path, anchors),
         sts_tasks=tasks,
         heros=heros_rows,
-        lambda_inf=_lambda(settings, lambda_),
+        lambda_inf=lambda_or_default(settings, lambda_),
         chart_dir=out,
-        base=_load_model(settings, base, anchors) if base else None,
+        base=load_model(settings, base, anchors) if base else None,
     )
-    _write_json(out / "report.json", result.data, console)
+    write_json(out / "report.json", result.data, console)
     for name, path in result.charts.items():
         console.print(f"{name}: {path}")

@@ -96,6 +96,11 @@ class Settings(BaseSettings):
     reconcile_interval_s: float = Field(
         default=30.0, gt=0.0, description="replicas re-read the active version this often"
     )
+    gate_margin: float = Field(
+        default=0.0, description="promote when the dev-advantage interval's low end is above"
+    )
+    gate_confidence: float = Field(default=0.95, gt=0.0, lt=1.0)
+    gate_bootstrap_samples: int = Field(default=1000, ge=100)
     job_timeout_s: int = Field(default=6 * 3600, ge=10, description="a retrain job is killed after")
     job_retries: int = Field(default=1, ge=0, description="re-runs after a crash or shutdown")
     job_result_ttl_s: int = Field(default=30 * 24 * 3600, ge=60, description="job records kept")

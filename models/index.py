@@ -30,8 +30,7 @@ import json
 import math
 import threading
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,7 +38,9 @@ import faiss
 import numpy as np
 import torch
 
-from models.ranking import blend, rank_vectors_chunked
+from models.faiss_gpu import GpuMirror, gpu_available, one_faiss_thread
+from models.ranking import rank_vectors_chunked
+from models.rescoring import SearchHits, empty_hits, eq7_scores, top_hits
 
 IndexKind = Literal["flat", "ivf"]
 Scalar = str | int | float | bool | None
@@ -69,19 +70,6 @@ class IndexConfig:
         return self.train_size if self.train_size is not None else 39 * self.nlist
 
 
-@dataclass(frozen=True)
-class SearchHits:
-    """Best first; ties in score are broken by the smaller id."""
-
-    ids: np.ndarray  # (k,) int64
-    scores: np.ndarray  # (k,) float32, Eq. 7
-    cosine: np.ndarray  # (k,) float32
-    rank: np.ndarray  # (k,) float32, Spearman correlation of the two rank vectors
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-
 def metadata_terms(metadata: Mapping[str, Scalar] | None) -> tuple[Term, ...]:
     """Canonical (key, value) terms: 1 and 1.0 are one value, True and 1 are not (JSON types)."""
     if not metadata:
@@ -93,85 +81,6 @@ def _canonical(value: Scalar) -> str:
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return json.dumps(int(value))
     return json.dumps(value)
-
-
-def eq7_scores(
-    query: torch.Tensor,
-    query_rank: torch.Tensor,
-    documents: torch.Tensor,
-    anchors: torch.Tensor,
-    lambda_inf: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Eq. 7 of one query against documents; returns (score, cosine, rank), each (n,).
-
-    `query` (dim,) and `documents` (n, dim) are unit vectors, `query_rank` (m,) is the query's
-    normalised rank vector (Eq. 2-3) against `anchors` (m, dim); z_q.z_d is Spearman's rho
-    (Appendix A.1).
-    """
-    cosine = documents @ query  # (n,)
-    rank = rank_vectors_chunked(documents, anchors) @ query_rank  # (n,)
-    return blend(cosine, rank, lambda_inf), cosine, rank
-
-
-def _top(
-    ids: np.ndarray, scores: np.ndarray, cosine: np.ndarray, rank: np.ndarray, k: int
-) -> SearchHits:
-    order = np.lexsort((ids, -scores))[:k]  # score descending, then id ascending
-    return SearchHits(
-        ids=ids[order].astype(np.int64),
-        scores=scores[order].astype(np.float32),
-        cosine=cosine[order].astype(np.float32),
-        rank=rank[order].astype(np.float32),
-    )
-
-
-def _empty_hits() -> SearchHits:
-    empty = np.empty(0, dtype=np.float32)
-    return SearchHits(np.empty(0, dtype=np.int64), empty, empty, empty)
-
-
-@contextmanager
-def _one_faiss_thread() -> Iterator[None]:
-    """One OpenMP thread for this thread's faiss calls while inside.
-
-    A single query gives faiss's parallel regions one thread's worth of work, so the other
-    threads only add fork/join waits: 1.6 ms instead of 47 ms for a 10k flat search on a busy
-    two-core machine. OpenMP keeps this setting per calling thread, so other threads (an
-    index being built, say) keep all cores.
-    """
-    previous = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    try:
-        yield
-    finally:
-        faiss.omp_set_num_threads(previous)
-
-
-def gpu_available() -> bool:
-    """A GPU build of faiss that sees at least one GPU."""
-    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-
-
-class _GpuMirror:
-    """A GPU copy of the CPU index for unfiltered searches, re-made after the CPU one changes.
-
-    GPU indexes cannot remove vectors by id, so the CPU index stays the one that is written;
-    the copy is made lazily, at the first search after a write.
-    """
-
-    def __init__(self) -> None:
-        self._resources = faiss.StandardGpuResources()
-        self._index: faiss.Index | None = None
-
-    def invalidate(self) -> None:
-        self._index = None
-
-    def search(
-        self, cpu_index: faiss.Index, queries: np.ndarray, k: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        if self._index is None:
-            self._index = faiss.index_cpu_to_gpu(self._resources, 0, cpu_index)
-        return self._index.search(queries, k)
 
 
 class SearchIndex:
@@ -189,7 +98,7 @@ class SearchIndex:
         self._is_ivf = False
         self._terms: dict[int, tuple[Term, ...]] = {}  # every stored id -> its metadata terms
         self._postings: dict[Term, set[int]] = defaultdict(set)
-        self._gpu = _GpuMirror() if self.config.use_gpu and gpu_available() else None
+        self._gpu = GpuMirror() if self.config.use_gpu and gpu_available() else None
 
     def __len__(self) -> int:
         return len(self._terms)
@@ -279,14 +188,14 @@ class SearchIndex:
             ids, _ = self._candidates_locked(query_np, max(candidates, top_k), where)
             vectors = self._reconstruct_locked(ids)  # (k, dim)
         if len(ids) == 0:
-            return _empty_hits()
+            return empty_hits()
         device = anchors.device
         query_t = query.to(device=device, dtype=torch.float32).reshape(-1)  # (dim,)
         query_rank = rank_vectors_chunked(query_t[None], anchors)[0]  # (m,)
         score, cosine, rank = eq7_scores(
             query_t, query_rank, torch.from_numpy(vectors).to(device), anchors, lambda_inf
         )
-        return _top(ids, score.cpu().numpy(), cosine.cpu().numpy(), rank.cpu().numpy(), top_k)
+        return top_hits(ids, score.cpu().numpy(), cosine.cpu().numpy(), rank.cpu().numpy(), top_k)
 
     def search_exact(
         self,
@@ -303,7 +212,7 @@ class SearchIndex:
         device = anchors.device
         query_t = query.to(device=device, dtype=torch.float32).reshape(-1)  # (dim,)
         query_rank = rank_vectors_chunked(query_t[None], anchors)[0]  # (m,)
-        kept = _empty_hits()
+        kept = empty_hits()
         for start in range(0, len(pool), _SCAN_CHUNK):
             with self._lock:
                 # Documents removed since the snapshot of ids are skipped.
@@ -315,7 +224,7 @@ class SearchIndex:
             score, cosine, rank = eq7_scores(
                 query_t, query_rank, torch.from_numpy(vectors).to(device), anchors, lambda_inf
             )
-            kept = _top(
+            kept = top_hits(
                 np.concatenate([kept.ids, chunk]),
                 np.concatenate([kept.scores, score.cpu().numpy()]),
                 np.concatenate([kept.cosine, cosine.cpu().numpy()]),
@@ -356,7 +265,7 @@ class SearchIndex:
                 return labels[0].astype(np.int64), scores[0]
         nprobe = self.config.nprobe
         while True:
-            with _one_faiss_thread():
+            with one_faiss_thread():
                 scores, labels = self._index.search(
                     query, k, params=self._search_params(allowed, nprobe)
                 )

@@ -1,12 +1,15 @@
 """The retrain job: train a student of the active model, gate it on the dev sets, bundle it,
-and promote it when it is at least as good (or when the job says `force`).
+and promote it when it is better beyond noise (or when the job says `force`).
 
 It runs in the RQ work horse. Steps and where their output goes:
-1. parent: the active version's bundle, or the settings checkpoint when none is active;
-2. train (models/training) into `var/runs/retrain-<job>` (resumable, so a retried job
-   continues from its last checkpoint), reporting progress into the job's meta;
+1. parent: the active version's bundle (loaded as a replica would), or the settings
+   checkpoint when none is active; text: the corpus documents or the general clean text
+   (worker/training_text.py);
+2. train (models/training, the request's recipe) into `var/runs/retrain-<job>` (resumable,
+   so a retried job continues from its last checkpoint), reporting progress into the job's meta;
 3. the trainer evaluates parent and student on the dev sets (STS-B dev, SICK trial) with
-   cosine and Eq. 7; the gate compares the Eq. 7 average ("blend" / PRIMARY_METRIC);
+   cosine and Eq. 7; the gate (worker/gate.py) bootstraps the student's Eq. 7 advantage
+   over the active version on the same dev pairs;
 4. bundle: student weights, its anchor embeddings, its embeddings of every document at the
    corpus revision read before the scan, its diagnostics report (worker/report.py); the
    gate's decision and all metrics go into the manifest, promoted or not;
@@ -45,14 +48,14 @@ from core.versions import activate, active_version
 from models.anchors import AnchorSet, build_anchor_set
 from models.checksums import sha256_directory
 from models.encoder import Encoder, default_model_path
-from models.evaluation.sts import PRIMARY_METRIC
+from models.training.dev_eval import dev_predictions
 from models.training.methods import Method, method_spec
 from models.training.trainer import ResumeMismatchError, TrainResult, train
+from worker.gate import gate
 from worker.progress import ProgressReporter
 from worker.report import write_report
 from worker.training_text import TextSource, TrainingText, resolve_source, training_text
 
-GATED_SCORING = "blend"  # Eq. 7, what the service serves
 _PROMOTION_ATTEMPTS = 5
 
 
@@ -117,44 +120,6 @@ def _training_text(
         seed=0,
         out_dir=text_dir,
     )
-
-
-def primary_score(dev_metrics: dict[str, Any]) -> float:
-    return float(dev_metrics[GATED_SCORING][PRIMARY_METRIC])
-
-
-def gate(
-    candidate: float,
-    *,
-    active: str,
-    parent: str,
-    parent_score: float,
-    setup: dict[str, Any],
-    store: BundleStore,
-    force: bool,
-) -> dict[str, Any]:
-    """Promote when the candidate's Eq. 7 dev average is at least the active version's.
-
-    The active version is normally the parent, measured in this very job. When an operator
-    activated another version meanwhile, its own recorded dev metrics are used, but only if
-    they were measured with the same setup (anchors, lambda); otherwise it is not comparable
-    and only `force` promotes.
-    """
-    threshold: float | None = parent_score if active == parent else None
-    if active != parent and store.exists(active):
-        recorded = store.manifest(active).metrics
-        if recorded.get("dev_setup") == setup and "dev" in recorded:
-            threshold = primary_score(recorded["dev"])
-    passed = threshold is not None and candidate >= threshold
-    return {
-        "metric": f"{GATED_SCORING}.{PRIMARY_METRIC}",
-        "candidate": candidate,
-        "active_version": active,
-        "active_score": threshold,
-        "passed": passed,
-        "forced": force,
-        "promote": passed or force,
-    }
 
 
 def _base_bundle(
@@ -275,22 +240,28 @@ def _retrain(
         embeddings=embed_documents(settings, student, [doc.text for doc in documents]),
     )
     version = f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{parsed.value}-{job_id[:8]}"
-    candidate = primary_score(dev_metrics["student"])
 
     progress.phase("diagnosing")
     report = write_report(settings, version, student, anchors, out_dir / "report")
 
     progress.phase("promoting")
-    parent_score = primary_score(dev_metrics["base"])
+    candidate = dev_predictions(student, dev)
 
     def decide(active: str | None) -> dict[str, Any]:
+        version = active or base
+        if version == parent:
+            path: Path | None = parent_path
+        elif version == base:
+            path = base_path
+        else:
+            path = store.path_for(version) / ENCODER_DIR if store.exists(version) else None
         return gate(
             candidate,
-            active=active or base,
-            parent=parent,
-            parent_score=parent_score,
-            setup=setup,
-            store=store,
+            dev_predictions(settings_encoder(settings, path), dev) if path else None,
+            active_version=version,
+            margin=settings.gate_margin,
+            confidence=settings.gate_confidence,
+            samples=settings.gate_bootstrap_samples,
             force=force,
         )
 

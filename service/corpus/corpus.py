@@ -7,7 +7,8 @@ from dataclasses import dataclass
 import torch
 
 from core.documents import DocumentStore, NewDocument, StoredDocument
-from models.index import Scalar, SearchHits, metadata_terms
+from models.index import Scalar, metadata_terms
+from models.rescoring import SearchHits
 from service.batching import Batcher
 from service.corpus.embedder import DocumentEmbedder
 from service.corpus.follower import IndexFollower

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from models.cache_paths import CachePaths
 from models.ranking import DEFAULT_LAMBDA_INF
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -61,6 +62,26 @@ class Settings(BaseSettings):
     batch_wait_ms: float = Field(default=5.0, ge=0.0, le=1000.0)
     max_batch_tokens: int = Field(default=16_384, ge=1, description="padded tokens per forward")
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After sent with a 429")
+    # JSON bodies nested deeper than this are a 422; pydantic and Python's own recursion never
+    # see them. The deepest request the API defines (a document's metadata) is 4 levels.
+    max_json_depth: int = Field(default=32, ge=8, le=512)
+    # The HTTP server (service/server.py, enforced per connection before the app sees a byte):
+    # the request line and headers together, the number of header fields, and how long a
+    # client may take over each phase. Without these, a slow or idle client holds a
+    # connection (and its buffers) for as long as it likes.
+    max_header_bytes: int = Field(
+        default=16 * 1024, ge=1024, description="request line plus headers; more is a 431"
+    )
+    max_headers: int = Field(default=100, ge=8, description="header fields; more is a 431")
+    header_timeout_s: float = Field(
+        default=10.0, gt=0.0, description="from a request's first byte to its last header"
+    )
+    body_timeout_s: float = Field(
+        default=60.0, gt=0.0, description="from the last header to the body's last byte"
+    )
+    keep_alive_timeout_s: float = Field(
+        default=5.0, gt=0.0, description="a connection with no request in progress is closed"
+    )
 
     # Documents and search (service/corpus, /documents, /search): Redis is the source of truth,
     # the faiss index is rebuilt from it. anchor_source "documents" samples anchor_count
@@ -141,6 +162,10 @@ class Settings(BaseSettings):
     @property
     def cache_dir(self) -> Path:
         return self.var_dir / "cache"
+
+    @property
+    def cache(self) -> CachePaths:
+        return CachePaths(self.cache_dir)
 
     # Training (students, teachers): installed teachers and training runs live under var/.
     @property

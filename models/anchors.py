@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from models.atomic import save_npy
+from models.cache_paths import CachePaths
 from models.checksums import sha256_texts
 from models.encoder import Encoder
 from models.ranking import rank_vectors_chunked
@@ -55,7 +56,10 @@ class AnchorSet:
 
 
 def _cache_file(cache_dir: Path, encoder_checksum: str, texts_checksum: str, count: int) -> Path:
-    return cache_dir / "anchors" / f"{encoder_checksum[:16]}-{texts_checksum[:16]}-m{count}.npy"
+    return (
+        CachePaths(cache_dir).anchors
+        / f"{encoder_checksum[:16]}-{texts_checksum[:16]}-m{count}.npy"
+    )
 
 
 def _load_cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:

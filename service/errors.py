@@ -5,7 +5,12 @@ Route modules raise an `ApiError` subclass; the document store's and the batcher
 errors (plain exceptions, so that core/ and the batcher know nothing of HTTP) and any
 RedisError are mapped here too; FastAPI's own validation errors and Starlette's
 HTTP exceptions (404, 405, 413 from the body limit) are rewritten into the same body, and a
-catch-all keeps even an unexpected failure in that shape.
+catch-all keeps even an unexpected failure in that shape. The HTTP server's own refusals
+(service/server.py: malformed requests, oversized headers, timeouts) take their status and type
+from the kinds below too, and write the same body with `error_body`.
+
+Client messages are fixed strings: a cause that could name a host, a port or a path goes to
+the log, under the request id the response carries in X-Request-Id (service/request_id.py).
 """
 
 import logging
@@ -23,6 +28,7 @@ from starlette.routing import Match
 from core.documents import StoreUnavailableError
 from service.batching import QueueFullError
 from service.metrics import MODEL_VERSION_HEADER, NO_MODEL, SCOPE_MODEL_VERSION
+from service.request_id import REQUEST_ID_HEADER, scope_request_id
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +53,13 @@ class ApiError(Exception):
         super().__init__(message)
         self.message = message
         self.headers = dict(headers or {})
+
+
+class BadRequestError(ApiError):
+    """Not HTTP the server could parse, or a body that could not be read."""
+
+    status_code = 400
+    error_type = "bad_request"
 
 
 class InvalidRequestError(ApiError):
@@ -83,9 +96,30 @@ class ConflictError(ApiError):
     error_type = "conflict"
 
 
+class RequestTimeoutError(ApiError):
+    """The client did not send a request's headers, or its body, within the server's limits."""
+
+    status_code = 408
+    error_type = "request_timeout"
+
+
 class PayloadTooLargeError(ApiError):
     status_code = 413
     error_type = "payload_too_large"
+
+
+class UriTooLongError(ApiError):
+    """The request line alone is over the header limit (service/server.py)."""
+
+    status_code = 414
+    error_type = "uri_too_long"
+
+
+class HeadersTooLargeError(ApiError):
+    """The request line and headers are over the byte limit, or there are too many headers."""
+
+    status_code = 431
+    error_type = "headers_too_large"
 
 
 class OverloadedError(ApiError):
@@ -121,6 +155,8 @@ _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
 # Statuses Starlette raises itself, by the type name they get in the body.
 _HTTP_TYPES = {
+    # FastAPI's 400 for a body it could not read (the client went away mid-body).
+    400: BadRequestError.error_type,
     401: UnauthorizedError.error_type,
     404: NotFoundError.error_type,
     405: "method_not_allowed",
@@ -136,6 +172,12 @@ def error_response(
 ) -> JSONResponse:
     body = ErrorBody(error=ErrorDetail(message=message, type=error_type, code=status_code))
     return JSONResponse(body.model_dump(), status_code=status_code, headers=headers)
+
+
+def error_body(error: type[ApiError], message: str) -> bytes:
+    """The JSON body of an error of this kind, for responses written below the ASGI app."""
+    detail = ErrorDetail(message=message, type=error.error_type, code=error.status_code)
+    return ErrorBody(error=detail).model_dump_json().encode()
 
 
 def _location(loc: tuple[int | str, ...]) -> str:
@@ -186,7 +228,16 @@ def _domain_error(exc: Exception) -> ApiError:
 async def _store_error(request: Request, exc: Exception) -> JSONResponse:
     error = _domain_error(exc)
     cause = exc.__cause__ or exc
-    logger.warning("%s %s: %s (%s)", request.method, request.url.path, error.error_type, cause)
+    request_id = scope_request_id(request.scope)
+    logger.warning(
+        "request %s: %s %s: %s (%s)",
+        request_id,
+        request.method,
+        request.url.path,
+        error.error_type,
+        cause,
+        extra={"request_id": request_id},
+    )
     return await _api_error(request, error)
 
 
@@ -224,12 +275,25 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    logger.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    # This response leaves from outside the middleware that stamps the version: stamp it here.
+    request_id = scope_request_id(request.scope)
+    # The id is in the message as well as on the record, so that it survives any log format.
+    logger.exception(
+        "request %s: unhandled error on %s %s",
+        request_id,
+        request.method,
+        request.url.path,
+        exc_info=exc,
+        extra={"request_id": request_id},
+    )
+    # This response leaves from outside the middleware that stamps the version and the
+    # request id: stamp them here.
     live = request.app.state.services.holder.current
     version = request.scope.get(SCOPE_MODEL_VERSION) or (live.version if live else NO_MODEL)
     return error_response(
-        500, ApiError.error_type, "internal server error", {MODEL_VERSION_HEADER: version}
+        500,
+        ApiError.error_type,
+        "internal server error",
+        {MODEL_VERSION_HEADER: version, REQUEST_ID_HEADER: request_id},
     )
 
 

@@ -89,7 +89,7 @@ async def _read_documents(
 
 def embed_documents(settings: Settings, encoder: Encoder, texts: list[str]) -> np.ndarray:
     """(n, dim) embeddings, through the replicas' on-disk embedding cache."""
-    cache = EmbeddingCache.for_encoder(settings.cache_dir / "embeddings", encoder)
+    cache = EmbeddingCache.for_encoder(settings.cache.embeddings, encoder)
     try:
         return cache.read_through(texts, lambda missing: encoder.encode(missing).cpu().numpy())
     finally:

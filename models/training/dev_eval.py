@@ -15,6 +15,7 @@ import numpy as np
 
 from models.anchors import load_anchor_set
 from models.atomic import atomic_write_bytes
+from models.cache_paths import CachePaths
 from models.checksums import sha256_file, sha256_texts
 from models.encoder import Encoder
 from models.evaluation.senteval import load_sts_tasks
@@ -61,7 +62,9 @@ def dev_predictions(
         "lambda_inf": setup.lambda_inf,
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
-    cache = setup.cache_dir / "dev-predictions" / f"{digest}.npz" if setup.cache_dir else None
+    cache = (
+        CachePaths(setup.cache_dir).dev_predictions / f"{digest}.npz" if setup.cache_dir else None
+    )
     if cache is not None and cache.is_file():
         with np.load(cache, allow_pickle=False) as stored:
             return [

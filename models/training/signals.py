@@ -18,6 +18,7 @@ import torch
 
 from models.anchors import load_anchor_set
 from models.atomic import atomic_write, save_npy
+from models.cache_paths import CachePaths
 from models.checksums import sha256_texts
 from models.encoder import Encoder
 from models.ranking import rank_vectors
@@ -40,7 +41,7 @@ def batch_schedule(n: int, batch_size: int, epochs: int, seed: int) -> torch.Ten
 def encode_cached(encoder: Encoder, texts: list[str], cache_dir: Path) -> torch.Tensor:
     """Unit embeddings of `texts` by `encoder`, from disk when this exact encoding was done."""
     key = f"{encoder.checksum[:16]}-{sha256_texts(texts)[:16]}-L{encoder.max_seq_length}"
-    path = cache_dir / "teacher-embeddings" / f"{key}.npy"
+    path = CachePaths(cache_dir).teacher_embeddings / f"{key}.npy"
     if path.is_file():
         cached = np.load(path, allow_pickle=False)
         if cached.shape == (len(texts), encoder.dim):
@@ -79,7 +80,7 @@ def cosine_signals(
         batches = embeddings[schedule]  # (steps, B, dim)
         return batches @ batches.transpose(1, 2)  # (steps, B, B)
 
-    return _load_or_compute(cache_dir / "teacher-signals" / f"{key}.pt", compute)
+    return _load_or_compute(CachePaths(cache_dir).teacher_signals / f"{key}.pt", compute)
 
 
 def rank_signals(
@@ -113,4 +114,4 @@ def rank_signals(
             steps.append(ranks @ ranks.T)  # (B, B)
         return torch.stack(steps)  # (steps, B, B)
 
-    return _load_or_compute(cache_dir / "teacher-signals" / f"{key}.pt", compute)
+    return _load_or_compute(CachePaths(cache_dir).teacher_signals / f"{key}.pt", compute)

@@ -37,9 +37,7 @@ class DocumentEmbedder:
     def _cache(self, encoder: Encoder) -> EmbeddingCache:
         key = f"{encoder.checksum}-{encoder.max_seq_length}"
         if key not in self._caches:
-            self._caches[key] = EmbeddingCache.for_encoder(
-                self.settings.cache_dir / "embeddings", encoder
-            )
+            self._caches[key] = EmbeddingCache.for_encoder(self.settings.cache.embeddings, encoder)
         return self._caches[key]
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 BUNDLES_DIR = "bundles"
+JOBS_DIR = "jobs"
 MANIFEST = "manifest.json"
 ENCODER_DIR = "encoder"
 ANCHORS = "anchors.npy"

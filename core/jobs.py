@@ -196,14 +196,34 @@ def _iso(moment: Any) -> str | None:
     return moment.isoformat() if moment is not None else None
 
 
+REQUEUED = "requeued"
+
+
+def _requeued(status: JobStatus | None, progress: dict[str, Any]) -> bool:
+    """Queued again after it had started: its worker died or shut down mid-job."""
+    return status == JobStatus.QUEUED and progress.get("phase", "queued") != "queued"
+
+
 def describe(job: Job) -> dict[str, Any]:
     """The JSON view of a job that GET /admin/jobs returns."""
     status = job.get_status(refresh=False)
     kwargs = job.kwargs
     result = job.return_value() if status == JobStatus.FINISHED else None
+    progress = job.meta.get(PROGRESS) or {}
+    worker = job.worker_name
+    shown = str(status.value if isinstance(status, JobStatus) else status)
+    if _requeued(status, progress):
+        # The last progress and worker belong to the attempt that died: say so instead.
+        shown, worker = REQUEUED, None
+        progress = {
+            "phase": REQUEUED,
+            "reason": f"its worker stopped during {progress.get('phase')}; a retry resumes "
+            "from the last checkpoint in the bundle store",
+            "last_attempt": progress,
+        }
     return {
         "id": job.id,
-        "status": str(status.value if isinstance(status, JobStatus) else status),
+        "status": shown,
         "method": kwargs.get("method"),
         "force": bool(kwargs.get("force")),
         "params": kwargs.get("params") or {},
@@ -215,8 +235,8 @@ def describe(job: Job) -> dict[str, Any]:
         "started_at": _iso(job.started_at),
         "ended_at": _iso(job.ended_at),
         "retries_left": job.retries_left,
-        "worker": job.worker_name,
-        "progress": job.meta.get(PROGRESS) or {},
+        "worker": worker,
+        "progress": progress,
         "result": result,
         "error": _error(job) if status in (JobStatus.FAILED, JobStatus.STOPPED) else None,
     }

@@ -39,6 +39,7 @@ from core.bundle_manifest import (
     CORPUS,
     CORPUS_IDS,
     ENCODER_DIR,
+    JOBS_DIR,
     MANIFEST,
     REPORT_DIR,
     REPORT_JSON,
@@ -126,6 +127,11 @@ class BundleStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.bundles = self.root / BUNDLES_DIR
+
+    def job_dir(self, job_id: str) -> Path:
+        """Where a retrain job keeps its run (resume checkpoints, text): in the store, which
+        every worker shares, so a retry on another worker resumes instead of restarting."""
+        return self.root / JOBS_DIR / f"retrain-{validate_version(job_id)}"
 
     def path_for(self, version: str) -> Path:
         """The bundle directory of `version`, guaranteed to lie inside the store."""

@@ -1,5 +1,6 @@
 """Request limits: the body-size middleware, and a route class whose JSON parsing rejects what
-`json.loads` lets through (invalid UTF-8, NaN/Infinity, lone surrogates).
+`json.loads` lets through (invalid UTF-8, NaN/Infinity, lone surrogates, duplicate keys) and
+bodies nested deeper than the depth limit.
 """
 
 import json
@@ -66,8 +67,49 @@ def _find_lone_surrogate(value: Any) -> bool:
     return False
 
 
-def parse_strict_json(body: bytes) -> Any:
-    """RFC 8259 JSON only: UTF-8, no NaN/Infinity, no unpaired surrogate escapes.
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """object_pairs_hook: a repeated key is an error, not "the last one wins".
+
+    A proxy or a client library that keeps the first of two equal keys would otherwise read
+    another request than the one served.
+    """
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                # ASCII-escaped and cut: the key is the client's, and goes back in a message.
+                name = json.dumps(key[:64])
+                raise _DuplicateKeyError(f"duplicate key {name} in an object")
+            seen.add(key)
+    return value
+
+
+def _deeper_than(value: Any, max_depth: int) -> bool:
+    """Whether arrays and objects nest more than `max_depth` levels (iterative: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        container, depth = stack.pop()
+        children = container.values() if isinstance(container, dict) else container
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > max_depth:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def depth_message(max_depth: int) -> str:
+    return f"arrays and objects are nested deeper than the limit of {max_depth} levels"
+
+
+def parse_strict_json(body: bytes, max_depth: int) -> Any:
+    """RFC 8259 JSON only: UTF-8, no NaN/Infinity, no unpaired surrogate escapes, no duplicate
+    keys, arrays and objects nested at most `max_depth` levels.
 
     Raises json.JSONDecodeError, which FastAPI turns into a RequestValidationError (422).
     """
@@ -76,11 +118,18 @@ def parse_strict_json(body: bytes) -> Any:
     except UnicodeDecodeError as error:
         raise json.JSONDecodeError("body is not valid UTF-8", "", error.start) from None
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError:
         raise
     except ValueError as error:
         raise json.JSONDecodeError(str(error), text, 0) from None
+    except RecursionError:
+        # Python's parser recurses per level: far past the limit, it fails before our check.
+        raise json.JSONDecodeError(depth_message(max_depth), text, 0) from None
+    # Fewer brackets than levels allowed cannot nest too deep: most bodies skip the walk.
+    containers = body.count(b"[") + body.count(b"{")
+    if containers > max_depth and isinstance(value, dict | list) and _deeper_than(value, max_depth):
+        raise json.JSONDecodeError(depth_message(max_depth), text, 0)
     if _SURROGATE_ESCAPE.search(body) and _find_lone_surrogate(value):
         raise json.JSONDecodeError("unpaired UTF-16 surrogate escape in a string", text, 0)
     return value
@@ -89,7 +138,8 @@ def parse_strict_json(body: bytes) -> Any:
 class StrictJSONRequest(Request):
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = parse_strict_json(await self.body())
+            max_depth = self.app.state.services.settings.max_json_depth
+            self._json = parse_strict_json(await self.body(), max_depth)
         return self._json
 
 

@@ -5,8 +5,9 @@ It runs in the RQ work horse. Steps and where their output goes:
 1. parent: the active version's bundle (loaded as a replica would), or the settings
    checkpoint when none is active; text: the corpus documents or the general clean text
    (worker/training_text.py);
-2. train (models/training, the request's recipe) into `var/runs/retrain-<job>` (resumable,
-   so a retried job continues from its last checkpoint), reporting progress into the job's meta;
+2. train (models/training, the request's recipe) into `<store>/jobs/retrain-<job>`
+   (resumable, and in the store every worker shares, so a retried job continues from its last
+   checkpoint on any worker), reporting progress into the job's meta;
 3. the trainer evaluates parent and student on the dev sets (STS-B dev, SICK trial) with
    cosine and Eq. 7; the gate (worker/gate.py) bootstraps the student's Eq. 7 advantage
    over the active version on the same dev pairs;
@@ -199,7 +200,8 @@ def _retrain(
         raise FileNotFoundError(f"the active version {parent!r} has no bundle in {store.bundles}")
 
     dev = settings_dev_setup(settings, config.eval_anchor_count)
-    text_dir = settings.runs_dir / f"retrain-{job_id}-text"
+    out_dir = store.job_dir(job_id)
+    text_dir = out_dir.with_name(f"{out_dir.name}-text")
     text = _training_text(settings, keys, request, method_spec(parsed).supervised, text_dir)
 
     def on_step(done: int, total: int, loss: float) -> None:
@@ -207,7 +209,6 @@ def _retrain(
         if done == total:
             progress.phase("evaluating")
 
-    out_dir = settings.runs_dir / f"retrain-{job_id}"
     progress.phase("training")
     result = _train_resuming(
         out_dir,

@@ -46,7 +46,9 @@ class RetrainAccepted(BaseModel):
 
 class JobView(BaseModel):
     id: str
-    status: str  # RQ's: queued, started, finished, failed, stopped, canceled, scheduled
+    # RQ's (queued, started, finished, failed, stopped, canceled, scheduled), or requeued: the
+    # job started, its worker died or shut down, and it waits for a retry.
+    status: str
     method: str | None
     force: bool
     params: dict[str, Any]

@@ -97,9 +97,9 @@ class OpsEnv:
         self.processes.append(process)
         return process
 
-    def start_worker(self, name: str = "worker") -> subprocess.Popen[bytes]:
+    def start_worker(self, name: str = "worker", **extra: str) -> subprocess.Popen[bytes]:
         prefix = self.variables["RANKSERVE_REDIS_PREFIX"]
-        return self.spawn(["cli.main", "worker", "--name", f"{prefix}-{name}"], name)
+        return self.spawn(["cli.main", "worker", "--name", f"{prefix}-{name}"], name, **extra)
 
     def start_api(self, name: str) -> str:
         """A replica (`rankserve serve`) on a free port; returns its base URL."""

@@ -246,7 +246,9 @@ def test_sigkilled_worker_mid_job_is_retried_and_serving_goes_on(cluster: Cluste
             30,
             "the job stayed 'started' after its worker died",
         )
-        assert job["status"] == "queued" and job["retries_left"] == 0
+        assert job["status"] == "requeued" and job["retries_left"] == 0
+        assert job["worker"] is None and job["progress"]["phase"] == "requeued"
+        assert job["progress"]["last_attempt"]["phase"] == "training"
         time.sleep(1.0)
     finally:
         hammer.stop()

@@ -131,5 +131,6 @@ def test_a_retrain_job_trains_on_the_corpus_documents(ops_env: OpsEnv):
         "documents_share": 0.5,
     }
     assert manifest.metrics["recipe"] == "quick"
-    assert not (settings.runs_dir / f"retrain-{job.id}-text").exists()
+    job_dir = BundleStore(settings.bundle_store).job_dir(job.id)
+    assert not job_dir.exists() and not job_dir.with_name(f"{job_dir.name}-text").exists()
     connection.close()

@@ -18,6 +18,7 @@ from core.jobs import (
     retrain_queue,
     submit,
 )
+from core.registry import BundleStore
 from tests.worker.conftest import LONG_PARAMS, OpsEnv, pid_alive, wait_for
 
 pytestmark = pytest.mark.slow
@@ -110,4 +111,39 @@ def test_sigkilled_worker_takes_its_job_down_and_the_job_fails(ops_env: OpsEnv):
     assert failed["status"] == "failed"
     assert "AbandonedJobError" in failed["error"]
     assert job.id not in StartedJobRegistry(queue=queue).get_job_ids()
+    connection.close()
+
+
+def test_a_retry_on_another_worker_resumes_from_the_shared_checkpoint(ops_env: OpsEnv, tmp_path):
+    settings = ops_env.settings
+    connection = Redis.from_url(settings.redis_url)
+    queue = retrain_queue(connection, ops_env.keys)
+    first = ops_env.start_worker("first")
+    params = LONG_PARAMS | {"save_every": 20}
+    job = submit(queue, RetrainRequest("simcse", params, False, [], recipe="quick"), settings)
+
+    def past_checkpoint() -> dict | None:
+        state = fetch(queue, job.id).get_meta(refresh=True).get(PROGRESS) or {}
+        return state if state.get("step", 0) > 21 else None
+
+    wait_for(past_checkpoint, 300, "the job never passed its first checkpoint")
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=10)
+    checkpoint = BundleStore(settings.bundle_store).job_dir(job.id) / ".resume" / "state.pt"
+    assert checkpoint.is_file()
+
+    def requeued() -> dict | None:
+        reap_abandoned(queue)
+        view = describe(fetch(queue, job.id))
+        return view if view["status"] == "requeued" else None
+
+    view = wait_for(requeued, 30, "the abandoned job was never requeued")
+    assert view["worker"] is None and "worker stopped" in view["progress"]["reason"]
+
+    # Another worker with a var dir of its own, as another container would have: it finds the
+    # checkpoint in the shared store and goes on from there instead of step 0.
+    ops_env.start_worker("second", RANKSERVE_VAR_DIR=str(tmp_path / "other-var"))
+    resumed = _training(queue, job.id)
+    assert resumed["step"] > 20, resumed
+    cancel(queue, fetch(queue, job.id))
     connection.close()

@@ -1,13 +1,14 @@
-"""`rankserve serve`: the HTTP API under uvicorn (OpenAPI docs at /docs)."""
+"""`rankserve serve`: the HTTP API under uvicorn (OpenAPI docs at /docs), with the server limits
+of service/server.py."""
 
 from contextlib import ExitStack
 from typing import Annotated
 
 import typer
-import uvicorn
 
 from core.settings import get_settings
 from service.corpus.local_redis import RedisUnavailableError, ensure_redis
+from service.server import run_server, server_config
 
 
 def serve(
@@ -35,11 +36,13 @@ def serve(
             raise typer.Exit(code=1) from None
         if redis_dir is not None:
             typer.echo(f"started redis-server at {settings.redis_url}, data in {redis_dir}")
-        uvicorn.run(
+        config = server_config(
             "service.app:app_from_environment",
+            settings,
             factory=True,
             host=host if host is not None else settings.host,
             port=port if port is not None else settings.port,
             workers=workers if workers is not None else settings.workers,
             log_level=log_level,
         )
+        run_server(config)

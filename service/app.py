@@ -26,6 +26,7 @@ from service.engine_switch import EngineSwitch
 from service.errors import UnauthorizedError, error_responses, install_error_handlers
 from service.limits import BodyLimitMiddleware, Limits
 from service.metrics import Metrics, ObservabilityMiddleware
+from service.request_id import RequestIdMiddleware
 from service.routes import (
     RouterFactory,
     admin,
@@ -124,13 +125,16 @@ def create_app(
     app.state.services = services
     install_error_handlers(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    # Added last, so outermost: every response, the body limit's 413s included, is counted
+    # Added late, so outer: every response, the body limit's 413s included, is counted
     # and stamped with the model version.
     app.add_middleware(
         ObservabilityMiddleware,
         metrics=metrics_,
         live_version=lambda: holder.current.version if holder.current else None,
     )
+    # Outermost: the request id is set before anything else of the request logs. The 500
+    # handler, outside every middleware, stamps it itself (service/errors.py).
+    app.add_middleware(RequestIdMiddleware)
     for factory in PUBLIC_ROUTERS:
         app.include_router(factory(settings))
     protected = settings.api_key is not None

@@ -176,6 +176,18 @@ class LimitsInfo(BaseModel):
     max_batch_size: int
     max_batch_tokens: int
     batch_wait_ms: float
+    max_json_depth: int = Field(description="Arrays and objects nested deeper are a 422")
+    max_header_bytes: int = Field(description="Request line plus headers; more is a 431")
+    max_headers: int = Field(description="Header fields per request; more is a 431")
+    header_timeout_s: float = Field(
+        description="From a request's first byte to its last header; then 408 and closed"
+    )
+    body_timeout_s: float = Field(
+        description="From the last header to the body's last byte; then 408 and closed"
+    )
+    keep_alive_timeout_s: float = Field(
+        description="A connection with no request in progress is closed after this"
+    )
 
 
 class InfoResponse(BaseModel):

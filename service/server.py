@@ -170,12 +170,13 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             raise _TooManyHeadersError
 
     def on_headers_complete(self) -> None:
+        # First: when it raises (a URL it cannot parse), the request is still in its head.
+        super().on_headers_complete()
         self._in_head = False
         self._head_bytes = 0
         self._request_line_done = False
         self._cancel(self._head_timer)
         self._head_timer = None
-        super().on_headers_complete()
         # Cancelled by on_message_complete, in this same read when there is no body.
         self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
 
@@ -273,13 +274,23 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             detail,
             extra={"request_id": request_id},
         )
-        if not self._answer_is_next():
-            self._end_after_response_in_flight()
+        cycle = self.cycle
+        if self._in_head:
+            if cycle is not None and not cycle.response_complete:
+                # An earlier request's response is still to come: ours cannot go first.
+                self._end_after_response_in_flight()
+                return
+        elif cycle.response_started:
+            # The app has answered (or is answering) this request already: just end it.
+            self.transport.close()
             return
-        if self.cycle is not None and not self.cycle.response_complete:
+        elif self.pipeline:
+            self._end_after_response_in_flight()  # queued behind an earlier response
+            return
+        else:
             # The app is waiting for this body: it sees a disconnect, and its answer (to a
             # request that is gone) is dropped instead of following ours on the wire.
-            self.cycle.disconnected = True
+            cycle.disconnected = True
         body = error_body(error, message)
         head = [STATUS_LINE[error.status_code]]
         for name, value in self.server_state.default_headers:
@@ -301,16 +312,6 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             self.loop.call_later(_LINGER_S, self.transport.close)
         else:
             self.transport.close()
-
-    def _answer_is_next(self) -> bool:
-        """Whether a response written now would be the next one on this connection."""
-        cycle = self.cycle
-        if cycle is None or cycle.response_complete:
-            return True
-        if self._in_head:
-            return False  # an earlier request's response is still to come
-        # The request being read is the app's; an earlier one may still be queued before it.
-        return not cycle.response_started and not self.pipeline
 
     def _end_after_response_in_flight(self) -> None:
         """An earlier response is still being produced: close once it is out, read no more."""

@@ -46,6 +46,12 @@ def build_router(settings: Settings) -> APIRouter:
                 max_batch_size=current.encode_batch_size,
                 max_batch_tokens=current.max_batch_tokens,
                 batch_wait_ms=current.batch_wait_ms,
+                max_json_depth=current.max_json_depth,
+                max_header_bytes=current.max_header_bytes,
+                max_headers=current.max_headers,
+                header_timeout_s=current.header_timeout_s,
+                body_timeout_s=current.body_timeout_s,
+                keep_alive_timeout_s=current.keep_alive_timeout_s,
             ),
         )
 

@@ -32,6 +32,7 @@ from models.encoder import Encoder
 from service.app import COMPONENTS, EngineLoader, create_app
 from service.dependencies import Services
 from service.engine import Engine, load_engine
+from service.server import server_config
 
 TEST_ANCHORS = 512  # the same first 512 anchors as the session `anchors` fixture
 API_KEY = "test-key-0123456789"
@@ -112,7 +113,8 @@ def serve(settings: Settings, loader: EngineLoader = load_engine) -> Iterator[Se
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    # The configuration `rankserve serve` runs (service/server.py): its limits are under test.
+    server = uvicorn.Server(server_config(app, settings, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 60

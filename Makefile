@@ -9,7 +9,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# torch==2.13.0 resolves to the CPU wheel on disk; naming it first keeps pip away from CUDA wheels.
-	$(PY) -m pip install --quiet torch==2.13.0 -e '.[test]'
+	$(PY) -m pip install --quiet torch==2.13.0 -e '.[test,backends]'
 	touch $(STAMP)
 
 run: $(STAMP)

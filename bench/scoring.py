@@ -1,77 +1,115 @@
-"""Scoring cost: cosine vs Eq. 7 at M = 1k, 10k, 100k anchors, 1 and 64 pairs.
+"""Pair scoring as /similarity does it: cosine vs Eq. 7, encoding included, M = 10k and 100k.
 
-RankEncoder Appendix A.7 reports Eq. 7 adding 1.8% to BERT-base inference at M = 100k on a V100.
-Here both are measured in one run on this machine, with and without the encoder's forward pass.
-Anchor matrices are random unit vectors: ranking cost depends on M and the dimension, not on the
-anchors' content, and the shipped corpus has only 11,914 sentences.
+RankEncoder Appendix A.7 reports Eq. 7 adding 1.8 % to BERT-base inference at M = 100k on a
+V100. Here, in one run on this machine, for 1 and 64 pairs (128 distinct sentences):
+- cosine: encode the distinct sentences, then one cosine per pair (the baseline);
+- Eq. 7: the same encoding, then models/scoring.py's scorer, the one /similarity calls: rank
+  vectors of every distinct sentence against the M anchors, Spearman per pair, the blend;
+- rank part: the scorer alone on the same embeddings, encoding excluded.
+The three are called in turn, so a change of load hits them alike; each row is printed as
+soon as it is measured. Anchor matrices are random unit vectors (ranking cost depends on M and
+the dimension, not on content; the shipped corpus has 11,914 sentences). Nothing is allocated
+past --max-memory-mb (default 80 % of what is available at start): an M that does not fit is
+skipped, and said so.
 
-    python -m bench.scoring [--repeat N]
+    python -m bench.scoring [--anchors 10000 100000] [--pairs 1 64] [--repeat 15]
+                            [--max-memory-mb MB]
 """
 
 import argparse
+import os
 
 import torch
-from rich.console import Console
-from rich.table import Table
 
-from bench.timing import median_seconds
+from bench.memory import MB, Budget
+from bench.timing import interleaved_ms, percentile
 from core.settings import DATA_DIR
-from models.anchors import read_sentences
+from models.anchors import AnchorSet, read_sentences
 from models.encoder import load_encoder
-from models.ranking import blend, paired_similarity, rank_vectors
+from models.ordinal_ranks import method, warm_up
+from models.ranking import paired_similarity
+from models.scoring import distinct_texts, score_embedded_pairs
 
-ANCHOR_COUNTS = (1_000, 10_000, 100_000)
-PAIR_COUNTS = (1, 64)
+COLUMNS = (
+    "M", "pairs", "cosine p50 ms", "Eq. 7 p50 ms", "Eq. 7 / cosine", "cosine p90 ms",
+    "Eq. 7 p90 ms", "rank part p50 ms (encoding excluded)",
+)  # fmt: skip
+
+
+def row(*cells: object) -> None:
+    print("| " + " | ".join(str(cell) for cell in cells) + " |", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--anchors", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--pairs", type=int, nargs="+", default=[1, 64])
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--max-memory-mb", type=float, default=None)
     args = parser.parse_args()
-
+    budget = Budget.from_option(args.max_memory_mb)
+    warm_up()
     encoder = load_encoder()
+    print(
+        f"load average at start: {os.getloadavg()}, {os.cpu_count()} CPUs, "
+        f"{torch.get_num_threads()} torch threads, {encoder.name} on {encoder.device}, "
+        f"rank kernel: {method()}, memory budget {budget.max_mb:,.0f} MB, "
+        f"{args.repeat} calls each",
+        flush=True,
+    )
     sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")
     generator = torch.Generator().manual_seed(0)
-    table = Table(
-        title=f"ms per call, median of {args.repeat} ({encoder.name}, {encoder.device}, "
-        f"{torch.get_num_threads()} threads)"
+    row(*COLUMNS)
+    row(*["---"] * len(COLUMNS))
+    for m in args.anchors:
+        # The anchor matrix, and per scored batch its cosines, ranks and a temporary of each.
+        needed = (m * encoder.dim * 4 + 4 * 2 * max(args.pairs) * m * 4) / MB + 64
+        if not budget.allows(needed):
+            print(
+                f"skipped M={m:,}: needs about {needed:,.0f} MB, "
+                f"{budget.headroom_mb():,.0f} MB left in the budget",
+                flush=True,
+            )
+            continue
+        matrix = torch.randn(m, encoder.dim, generator=generator)
+        matrix = (matrix / matrix.norm(dim=1, keepdim=True)).to(encoder.device)  # (m, dim)
+        anchors = AnchorSet([], matrix, f"random-{m}", encoder.checksum)
+        for n in args.pairs:
+            measure(encoder, anchors, sentences, n, args.repeat)
+        del anchors, matrix
+    print(f"load average at end: {os.getloadavg()}", flush=True)
+
+
+def measure(encoder, anchors: AnchorSet, sentences: list[str], n: int, repeat: int) -> None:
+    pairs = list(zip(sentences[:n], sentences[n : 2 * n], strict=True))
+    unique, left, right = distinct_texts(pairs)
+    index = {"dtype": torch.long, "device": encoder.device}
+    left_t, right_t = torch.tensor(left, **index), torch.tensor(right, **index)
+    embedded = encoder.encode(unique)  # (u, dim), for the rank part alone
+
+    def cosine() -> torch.Tensor:
+        embeddings = encoder.encode(unique)  # (u, dim)
+        return paired_similarity(embeddings[left_t], embeddings[right_t])
+
+    def eq7() -> torch.Tensor:
+        embeddings = encoder.encode(unique)
+        return score_embedded_pairs(embeddings, anchors, left, right).blended()
+
+    def rank_part() -> torch.Tensor:
+        return score_embedded_pairs(embedded, anchors, left, right).blended()
+
+    samples = interleaved_ms({"cosine": cosine, "eq7": eq7, "rank": rank_part}, repeat=repeat)
+    c50, e50 = percentile(samples["cosine"], 50), percentile(samples["eq7"], 50)
+    row(
+        f"{anchors.count:,}",
+        n,
+        f"{c50:.2f}",
+        f"{e50:.2f}",
+        f"{e50 / c50:.3f}x",
+        f"{percentile(samples['cosine'], 90):.2f}",
+        f"{percentile(samples['eq7'], 90):.2f}",
+        f"{percentile(samples['rank'], 50):.2f}",
     )
-    for column in ("M", "pairs", "encode", "cosine", "Eq. 7", "Eq. 7 / cosine"):
-        table.add_column(column, justify="right")
-
-    for m in ANCHOR_COUNTS:
-        anchors = torch.randn(m, encoder.dim, generator=generator)
-        anchors = (anchors / anchors.norm(dim=1, keepdim=True)).to(encoder.device)
-        for n in PAIR_COUNTS:
-            left_texts, right_texts = sentences[:n], sentences[n : 2 * n]
-            left, right = encoder.encode(left_texts), encoder.encode(right_texts)
-
-            def cosine_only(a: torch.Tensor = left, b: torch.Tensor = right) -> torch.Tensor:
-                return paired_similarity(a, b)
-
-            def eq7(
-                a: torch.Tensor = left, b: torch.Tensor = right, c: torch.Tensor = anchors
-            ) -> torch.Tensor:
-                z = rank_vectors(torch.cat([a, b]), c)  # (2n, m)
-                rank = paired_similarity(z[: len(a)], z[len(a) :])
-                return blend(paired_similarity(a, b), rank)
-
-            def encode_both(lt: list[str] = left_texts, rt: list[str] = right_texts) -> None:
-                encoder.encode(lt + rt)
-
-            encode_s = median_seconds(encode_both, repeat=args.repeat)
-            cosine_s = median_seconds(cosine_only, repeat=args.repeat)
-            eq7_s = median_seconds(eq7, repeat=args.repeat)
-            for label, extra in (("excluded", 0.0), ("included", encode_s)):
-                table.add_row(
-                    f"{m:,}",
-                    str(n),
-                    label,
-                    f"{(cosine_s + extra) * 1e3:.3f}",
-                    f"{(eq7_s + extra) * 1e3:.3f}",
-                    f"{(eq7_s + extra) / (cosine_s + extra):.2f}x",
-                )
-    Console().print(table)
 
 
 if __name__ == "__main__":

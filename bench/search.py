@@ -1,46 +1,61 @@
-"""Search latency and memory: cosine-only vs Eq. 7 rescoring, N = 10k, 100k, 1M documents.
+"""Search latency: cosine-only vs Eq. 7 exact vs Eq. 7 from precomputed ranks, flat and IVF.
 
-All in one run, on this machine:
-- p50/p99 per query of the cosine-only search (faiss top_k) and of the served search (faiss
-  proposes 100 candidates, Eq. 7 rescores them with rank vectors computed at query time),
-  for the flat index and the IVF option; the IVF's recall@10 against the flat result;
-- resident memory per million documents of each index (RSS growth while building it);
-- the alternative to query-time rank vectors, measured at N = 10k: precomputed uint16 ranks
-  (Eq. 2 before g), gathered for the candidates and normalised (Eq. 3) per query.
+All in one run, on this machine, for each N (default 10k, 100k, 1M documents) and each index
+kind: p50/p99 per query of
+- cosine: the faiss search alone (top_k by inner product), the baseline of every ratio;
+- Eq. 7 exact: the served default, faiss proposes 100 candidates whose rank vectors are
+  computed at query time (models/ordinal_ranks.py) and Eq. 7 keeps top_k;
+- Eq. 7 precomputed: the same candidates scored from a RankStore (RANKSERVE_PRECOMPUTED_RANKS,
+  --bits), with its top-10 overlap against the exact path.
+The three are timed query by query in turn, so a change of machine load hits them alike. Each
+row is printed as soon as it is measured. Memory: the RSS each index added and the store's
+size; nothing is allocated past --max-memory-mb (default 80 % of what is available at start):
+a size that does not fit is skipped, and a store that does not fit holds only the rows the
+benchmark queries need (said in its row).
 Embeddings are synthetic at every N (Gaussian clusters on the unit sphere, 384 dimensions,
-the anchors drawn from the same clusters): cost depends on N, M and the dimension, not on the
-vectors' content. Encoding the query is not included (see bench.scoring).
+anchors from the same clusters): cost depends on N, M and the dimension, not on content.
+Encoding the query is not included (see bench.scoring).
 
     python -m bench.search [--sizes 10000 100000 1000000] [--queries 100] [--anchors 10000]
-                           [--threads N]
+                           [--nprobe 32] [--bits 8] [--threads T] [--max-memory-mb MB]
 """
 
 import argparse
-import ctypes
-import gc
 import os
+import tempfile
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from pathlib import Path
 
 import numpy as np
 import torch
-from rich.console import Console
-from rich.table import Table
 
+from bench.memory import MB, Budget, exact_rss_accounting, rss_bytes, settle
 from bench.timing import percentile
 from models.index import IndexConfig, SearchIndex
-from models.ranking import anchor_ranks, normalise_ranks, rank_vectors_chunked
-from models.rescoring import SearchHits, eq7_scores
-
-T = TypeVar("T")
+from models.ordinal_ranks import method, warm_up
+from models.rank_store import RankStore
 
 DIM = 384
 CLUSTERS = 1000
 TOP_K = 10
 CANDIDATES = 100
 LAMBDA = 0.1
+KEY = "bench-anchors"
 _CHUNK = 100_000
+_RANK_CHUNK = 1024
+COLUMNS = (
+    "N", "index", "path", "p50 ms", "p99 ms", "p50 / cosine", "p99 / cosine",
+    "top-10 vs exact", "recall@10 vs flat", "MB per 1M docs", "build s per 1M",
+)  # fmt: skip
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def row(*cells: object) -> None:
+    say("| " + " | ".join(str(cell) for cell in cells) + " |")
 
 
 def clustered_unit_vectors(n: int, rng: np.random.Generator, centres: np.ndarray) -> np.ndarray:
@@ -54,39 +69,9 @@ def clustered_unit_vectors(n: int, rng: np.random.Generator, centres: np.ndarray
     return out
 
 
-_LIBC = ctypes.CDLL("libc.so.6")
-_M_MMAP_THRESHOLD = -3
-
-
-def exact_rss_accounting() -> None:
-    """Large blocks always get their own mmap: freed memory leaves RSS, RSS deltas are honest.
-
-    glibc otherwise raises its mmap threshold after the first large free and recycles the heap,
-    so an index built after another one would appear to cost nothing.
-    """
-    _LIBC.mallopt(_M_MMAP_THRESHOLD, 1 << 16)
-
-
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as handle:
-        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def latencies_ms(fn: Callable[[np.ndarray], T], queries: np.ndarray) -> tuple[list[float], list[T]]:
-    """Milliseconds per call of fn on each query (after one warm-up call), and the results."""
-    fn(queries[0])
-    samples, results = [], []
-    for query in queries:
-        start = time.perf_counter()
-        results.append(fn(query))
-        samples.append((time.perf_counter() - start) * 1e3)
-    return samples, results
-
-
 def build(docs: np.ndarray, config: IndexConfig) -> tuple[SearchIndex, int, float]:
     """The index, the RSS it added, and its build time."""
-    gc.collect()
-    _LIBC.malloc_trim(0)
+    settle()
     before, start = rss_bytes(), time.perf_counter()
     index = SearchIndex(DIM, config)
     for offset in range(0, len(docs), _CHUNK):
@@ -95,15 +80,13 @@ def build(docs: np.ndarray, config: IndexConfig) -> tuple[SearchIndex, int, floa
     return index, rss_bytes() - before, time.perf_counter() - start
 
 
-def id_map_bytes(n: int) -> int:
-    """RSS of the corpus's number -> document id dict (service/corpus) for n documents."""
-    gc.collect()
-    _LIBC.malloc_trim(0)
-    before = rss_bytes()
-    ids = {number: f"doc-{number:012d}" for number in range(n)}
-    added = rss_bytes() - before
-    del ids
-    return added
+def fill(store: RankStore, docs: np.ndarray, ids: np.ndarray) -> float:
+    """Store the codes of documents `ids` (sorted); returns the seconds it took."""
+    start = time.perf_counter()
+    for offset in range(0, len(ids), _RANK_CHUNK):
+        chunk = ids[offset : offset + _RANK_CHUNK]
+        store.put(chunk, store.encode_embeddings(docs[chunk]))
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -112,163 +95,132 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--anchors", type=int, default=10_000)
     parser.add_argument("--nprobe", type=int, default=32)
-    parser.add_argument(
-        "--threads", type=int, default=None, help="torch threads; default: torch's own (cores)"
-    )
+    parser.add_argument("--bits", type=int, choices=(8, 4), default=8)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads; default: own")
+    parser.add_argument("--max-memory-mb", type=float, default=None)
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-
     exact_rss_accounting()
-    console = Console(width=160)
-    console.print(f"load average at start: {os.getloadavg()}, {os.cpu_count()} CPUs")
+    budget = Budget.from_option(args.max_memory_mb)
+    warm_up()
+    say(
+        f"load average at start: {os.getloadavg()}, {os.cpu_count()} CPUs, "
+        f"{torch.get_num_threads()} torch threads, rank kernel: {method()}, "
+        f"memory budget {budget.max_mb:,.0f} MB"
+    )
+    say(
+        f"ms per query, {args.queries} queries, top_k={TOP_K}, M={args.anchors:,} anchors, "
+        f"{CANDIDATES} candidates for Eq. 7, precomputed ranks at {args.bits} bits"
+    )
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((CLUSTERS, DIM), dtype=np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
     anchors = torch.from_numpy(clustered_unit_vectors(args.anchors, rng, centres))  # (m, dim)
     queries = clustered_unit_vectors(args.queries, rng, centres)  # (q, dim)
-    latency = Table(
-        title=f"ms per query, {args.queries} queries, top_k={TOP_K}, M={args.anchors} anchors, "
-        f"{CANDIDATES} candidates for Eq. 7, {torch.get_num_threads()} torch threads"
-    )
-    for column in (
-        "N",
-        "index",
-        "cosine p50",
-        "cosine p99",
-        "Eq. 7 p50",
-        "Eq. 7 p99",
-        "Eq. 7 / cosine (p50)",
-        "recall@10 vs flat",
-        "MB per 1M docs",
-        "build s",
-    ):
-        latency.add_column(column, justify="right")
-
-    for n in args.sizes:
-        docs = clustered_unit_vectors(n, rng, centres)
-        # faiss guidance: about 4 sqrt(N) lists, and at least 39 training vectors per list.
-        nlist = max(16, min(1024, int(4 * np.sqrt(n)), n // 39) // 16 * 16)
-        flat_top: list[set[int]] = []
-        for config in (
-            IndexConfig(kind="flat"),
-            IndexConfig(kind="ivf", nlist=nlist, nprobe=args.nprobe),
-        ):
-            index, added, build_s = build(docs, config)
-            assert index.kind == config.kind, "the IVF did not train"
-
-            def cosine_only(q: np.ndarray, index: SearchIndex = index) -> object:
-                return index.candidates(q, TOP_K)
-
-            def served(q: np.ndarray, index: SearchIndex = index) -> SearchHits:
-                return index.search(
-                    torch.from_numpy(q), anchors, top_k=TOP_K, candidates=CANDIDATES,
-                    lambda_inf=LAMBDA,
-                )  # fmt: skip
-
-            cosine_ms, _ = latencies_ms(cosine_only, queries)
-            eq7_ms, results = latencies_ms(served, queries)
-            tops = [set(hits.ids.tolist()) for hits in results]
-            if config.kind == "flat":
-                flat_top = tops
-                recall = "1 (reference)"
-            else:
-                hits = [len(a & b) / TOP_K for a, b in zip(tops, flat_top, strict=True)]
-                recall = f"{np.mean(hits):.3f}"
-            label = "flat" if config.kind == "flat" else f"ivf{nlist}, nprobe {args.nprobe}"
-            latency.add_row(
-                f"{n:,}",
-                label,
-                f"{percentile(cosine_ms, 50):.2f}",
-                f"{percentile(cosine_ms, 99):.2f}",
-                f"{percentile(eq7_ms, 50):.2f}",
-                f"{percentile(eq7_ms, 99):.2f}",
-                f"{percentile(eq7_ms, 50) / percentile(cosine_ms, 50):.1f}x",
-                recall,
-                f"{added / n * 1e6 / 2**20:,.0f}",
-                f"{build_s:.1f}",
-            )
-            console.print(f"measured N={n:,} {label}")
-            del index
-            gc.collect()
-        if n == min(args.sizes):
-            precomputed_table = compare_rank_storage(docs, anchors, queries)
-        if n == max(args.sizes):
-            id_map_mb = id_map_bytes(n) / n * 1e6 / 2**20
-        del docs
-        gc.collect()
-    console.print(latency)
-    console.print(
-        f"The service also maps index numbers to document ids: {id_map_mb:,.0f} MB per 1M "
-        "documents (dict of int to 16-character str), measured at "
-        f"N={max(args.sizes):,}."
-    )
-    console.print(precomputed_table)
-    console.print(f"load average at end: {os.getloadavg()}")
+    row(*COLUMNS)
+    row(*["---"] * len(COLUMNS))
+    with tempfile.TemporaryDirectory(prefix="bench-ranks-") as rank_dir:
+        for n in args.sizes:
+            # The documents, one index at a time (vectors plus ids and maps), and a margin.
+            needed = n * DIM * 4 * 2.2 / MB + 256
+            if not budget.allows(needed):
+                say(f"skipped N={n:,}: needs about {needed:,.0f} MB, "
+                    f"{budget.headroom_mb():,.0f} MB left in the budget")  # fmt: skip
+                continue
+            docs = clustered_unit_vectors(n, rng, centres)
+            measure_size(n, docs, anchors, queries, args, budget, Path(rank_dir))
+            del docs
+            settle()
+    say(f"load average at end: {os.getloadavg()}")
 
 
-def compare_rank_storage(docs: np.ndarray, anchors: torch.Tensor, queries: np.ndarray) -> Table:
-    """Query-time rank vectors for the candidates vs a precomputed uint16 rank matrix."""
-    n, m = len(docs), anchors.shape[0]
-    docs_t = torch.from_numpy(docs)
-    start = time.perf_counter()
-    ranks = np.empty((n, m), dtype=np.uint16)  # (n, m); ranks 0..M-1 fit while M <= 65535
-    for i in range(0, n, 1024):
-        ranks[i : i + 1024] = anchor_ranks(docs_t[i : i + 1024], anchors).numpy()
-    precompute_s = time.perf_counter() - start
+def measure_size(
+    n: int,
+    docs: np.ndarray,
+    anchors: torch.Tensor,
+    queries: np.ndarray,
+    args: argparse.Namespace,
+    budget: Budget,
+    rank_dir: Path,
+) -> None:
+    # faiss guidance: about 4 sqrt(N) lists, and at least 39 training vectors per list.
+    nlist = max(16, min(1024, int(4 * np.sqrt(n)), n // 39) // 16 * 16)
+    store = RankStore(anchors, KEY, args.bits, rank_dir, budget_bytes=2**62)
+    store_mb = n * store.codec.row_bytes / MB
+    # The whole store beside one index (vectors, ids, maps) and a margin, or only query rows.
+    full_store = budget.allows(store_mb + n * DIM * 4 * 1.2 / MB + 256)
+    store_s = fill(store, docs, np.arange(n)) if full_store else None
+    flat_top: list[set[int]] = []
+    configs = (IndexConfig(kind="flat"), IndexConfig(kind="ivf", nlist=nlist, nprobe=args.nprobe))
+    for config in configs:
+        index, added, build_s = build(docs, config)
+        assert index.kind == config.kind, "the IVF did not train"
+        label = "flat" if config.kind == "flat" else f"ivf{nlist}, nprobe {args.nprobe}"
+        if store_s is None:
+            wanted = np.unique([i for q in queries for i in index.candidates(q, CANDIDATES)[0]])
+            fill(store, docs, np.array([i for i in wanted.tolist() if i not in store], np.int64))
+        index.attach_rank_store(store)
+        samples, tops = measure_paths(index, anchors, queries)
+        exact_top = tops["Eq. 7 exact"]
+        if config.kind == "flat":
+            flat_top, recall = exact_top, "1 (reference)"
+        else:
+            recall = f"{overlap(exact_top, flat_top):.3f}"
+        base50, base99 = percentile(samples["cosine"], 50), percentile(samples["cosine"], 99)
+        for name, times in samples.items():
+            p50, p99 = percentile(times, 50), percentile(times, 99)
+            cells = {
+                "cosine": ("", "", f"{added / n * 1e6 / MB:,.0f}", f"{build_s / n * 1e6:.1f}"),
+                "Eq. 7 exact": ("1 (reference)", recall, "", ""),
+                "Eq. 7 precomputed": (
+                    f"{overlap(tops[name], exact_top):.3f}",
+                    "",
+                    f"+{store_mb / n * 1e6:,.0f}" + ("" if full_store else " (query rows only)"),
+                    f"{store_s / n * 1e6:.1f}" if store_s is not None else "n/a",
+                ),
+            }[name]
+            ratios = (f"{p50 / base50:.2f}x", f"{p99 / base99:.2f}x")
+            row(f"{n:,}", label, name, f"{p50:.2f}", f"{p99:.2f}", *ratios, *cells)
+        del index
+        settle()
+    store.close()
 
-    def gathered_ranks(ids: np.ndarray) -> torch.Tensor:
-        return normalise_ranks(torch.from_numpy(ranks[ids].astype(np.float32)))  # (k, m)
 
-    index = SearchIndex(DIM)
-    index.upsert(np.arange(n), docs)
+def measure_paths(
+    index: SearchIndex, anchors: torch.Tensor, queries: np.ndarray
+) -> tuple[dict[str, list[float]], dict[str, list[set[int]]]]:
+    """Milliseconds per query and top-10 ids of each path, the paths timed in turn per query."""
 
-    def query_time(q: np.ndarray) -> object:
-        return index.search(
-            torch.from_numpy(q), anchors, top_k=TOP_K, candidates=CANDIDATES, lambda_inf=LAMBDA
-        )
+    def cosine(q: np.ndarray) -> np.ndarray:
+        return index.candidates(q, TOP_K)[0]
 
-    def precomputed(q: np.ndarray) -> object:
-        ids, _ = index.candidates(q, CANDIDATES)
+    def eq7(q: np.ndarray, key: str | None) -> np.ndarray:
         query = torch.from_numpy(q)
-        z_query = rank_vectors_chunked(query[None], anchors)[0]  # (m,)
-        candidates = torch.from_numpy(index.embeddings(ids))  # (k, dim)
-        z_docs = gathered_ranks(ids)  # (k, m)
-        score = LAMBDA * (z_docs @ z_query) + (1 - LAMBDA) * (candidates @ query)
-        return torch.topk(score, TOP_K)
+        return index.search(
+            query, anchors, top_k=TOP_K, candidates=CANDIDATES, lambda_inf=LAMBDA, anchors_key=key
+        ).ids
 
-    # Same scores either way (a check, not a timing): the two paths must agree.
-    q0 = torch.from_numpy(queries[0])
-    ids, _ = index.candidates(queries[0], CANDIDATES)
-    z_query = rank_vectors_chunked(q0[None], anchors)[0]
-    direct, _, _ = eq7_scores(q0, z_query, torch.from_numpy(index.embeddings(ids)), anchors, LAMBDA)
-    gathered = LAMBDA * (gathered_ranks(ids) @ z_query) + (1 - LAMBDA) * (
-        torch.from_numpy(index.embeddings(ids)) @ q0
-    )
-    assert torch.allclose(direct, gathered, atol=1e-5)
+    paths: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+        "cosine": cosine,
+        "Eq. 7 exact": lambda q: eq7(q, None),
+        "Eq. 7 precomputed": lambda q: eq7(q, KEY),
+    }
+    for fn in paths.values():
+        fn(queries[0])  # warm-up
+    samples: dict[str, list[float]] = {name: [] for name in paths}
+    tops: dict[str, list[set[int]]] = {name: [] for name in paths}
+    for q in queries:
+        for name, fn in paths.items():  # in turn: a change of load hits the three alike
+            start = time.perf_counter()
+            ids = fn(q)
+            samples[name].append((time.perf_counter() - start) * 1e3)
+            tops[name].append(set(ids.tolist()))
+    return samples, tops
 
-    qt, _ = latencies_ms(query_time, queries)
-    pre, _ = latencies_ms(precomputed, queries)
-    table = Table(
-        title=f"Document rank vectors for Eq. 7 at N={n:,}, M={m:,} ({CANDIDATES} candidates)"
-    )
-    for column in ("rank vectors", "p50 ms", "p99 ms", "extra MB per 1M docs", "build s per 1M"):
-        table.add_column(column, justify="right")
-    table.add_row(
-        "computed at query time (served)",
-        f"{percentile(qt, 50):.2f}",
-        f"{percentile(qt, 99):.2f}",
-        "0",
-        "0",
-    )
-    table.add_row(
-        "precomputed uint16",
-        f"{percentile(pre, 50):.2f}",
-        f"{percentile(pre, 99):.2f}",
-        f"{ranks.nbytes / n * 1e6 / 2**20:,.0f}",
-        f"{precompute_s / n * 1e6:,.0f}",
-    )
-    return table
+
+def overlap(found: list[set[int]], reference: list[set[int]]) -> float:
+    return float(np.mean([len(a & b) / TOP_K for a, b in zip(found, reference, strict=True)]))
 
 
 if __name__ == "__main__":

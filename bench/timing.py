@@ -22,3 +22,21 @@ def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))
     return ordered[index]
+
+
+def interleaved_ms(
+    fns: dict[str, Callable[[], object]], *, repeat: int, warmup: int = 2
+) -> dict[str, list[float]]:
+    """Milliseconds per call of each fn, the fns called in turn `repeat` times (after `warmup`
+    untimed rounds): a change of machine load during the run hits every fn alike, so their
+    ratios stay meaningful on a shared machine."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(repeat):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            samples[name].append((time.perf_counter() - start) * 1e3)
+    return samples

@@ -3,6 +3,8 @@
 import typer
 
 from cli import diagnose, evaluate, serve, teachers, train, worker
+from core.settings import get_settings
+from core.threads import apply_thread_policy
 
 app = typer.Typer(
     name="rankserve",
@@ -16,6 +18,8 @@ app = typer.Typer(
 def main() -> None:
     """The `rankserve` group itself: no options of its own, every action is a subcommand
     (evaluate, serve, train, worker, teachers, diagnose); its help is the app's `help=`."""
+    # Before any subcommand's first torch or numpy work (RANKSERVE_TORCH_THREADS, ...).
+    apply_thread_policy(get_settings())
 
 
 app.command("evaluate")(evaluate.evaluate)

@@ -26,11 +26,14 @@ def serve(
     settings = get_settings()
     with ExitStack() as stack:
         try:
-            redis_dir = stack.enter_context(
-                ensure_redis(
-                    settings.redis_url, settings.var_dir / "redis", start=settings.start_redis
+            # Through Sentinel the master is wherever the sentinels say: no local server.
+            redis_dir = None
+            if not settings.redis_sentinels:
+                redis_dir = stack.enter_context(
+                    ensure_redis(
+                        settings.redis_url, settings.var_dir / "redis", start=settings.start_redis
+                    )
                 )
-            )
         except RedisUnavailableError as error:
             typer.echo(f"error: {error}", err=True)
             raise typer.Exit(code=1) from None

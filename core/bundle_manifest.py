@@ -20,6 +20,7 @@ CORPUS = "corpus.npy"
 CORPUS_IDS = "corpus-ids.json"
 REPORT_DIR = "report"  # diagnostics of the version: report.json plus its PNG charts
 REPORT_JSON = "report.json"
+VARIANTS_DIR = "variants"  # exported encoder backends and their parity (core/backend_choice.py)
 FORMAT = 1
 
 # Letters, digits, dot, dash, underscore; a letter or digit first, so "." and ".." and hidden
@@ -49,6 +50,11 @@ class ReportNotFoundError(BundleError, FileNotFoundError):
 
 class CorruptBundleError(BundleError):
     """Checksums, dimensions or the smoke encode disagree with the manifest: never serve it."""
+
+
+class BundleStoreUnavailableError(BundleError):
+    """The store did not answer (object storage down, credentials refused): nothing is known
+    to be wrong with the bundle, so the same call may succeed later."""
 
 
 def validate_version(version: str) -> str:

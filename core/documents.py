@@ -9,6 +9,14 @@ Revisions are one counter; the change-log entry of revision r has the stream id 
 "every change after revision r" is a plain XREAD from "r-0". Every id gets an int64 number once
 (the faiss id) and keeps it across delete and re-create, so id <-> number is a bijection every
 replica agrees on.
+
+Durability: with a ReplicaWait (core/redis_clients.py, `redis_wait_replicas`), each write script
+is followed by WAIT on the same connection, and the write is acknowledged only once that many
+replicas have it; short of that, StoreUnavailableError although the master applied it.
+
+The change log is trimmed (`trim_changes`) to the oldest revision some live reader still
+needs. A reader whose position was trimmed away, or whose history a failover rewrote, gets
+ChangeLogGapError from `changes_after` and must rebuild from a full scan.
 """
 
 import json
@@ -17,8 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
+from core.redis_clients import ReplicaWait, replica_wait_of
 from core.redis_keys import RedisKeys
 from models.index import Scalar
 
@@ -26,11 +36,19 @@ T = TypeVar("T")
 
 
 class StoreUnavailableError(ConnectionError):
-    """Redis did not answer: nothing was written or read. The cause stays on `__cause__` for
-    the log; the message is fixed, since a client must never see a host or port."""
+    """Redis did not answer, or did not confirm a write to as many replicas as the settings
+    require. Nothing was read; a write may or may not have been applied (retrying it is safe:
+    writes are by id). The cause stays on `__cause__` for the log; the message is fixed, since
+    a client must never see a host or port."""
 
     def __init__(self) -> None:
         super().__init__("the document store is unavailable")
+
+
+class ChangeLogGapError(RuntimeError):
+    """The change log no longer continues from a reader's position: the entries after it were
+    trimmed, or the entry at it is gone or another change (a failover lost writes the reader
+    had applied, and the revisions were reused). Only a rebuild from a full scan is correct."""
 
 
 _UPSERT = """#!lua
@@ -96,6 +114,34 @@ redis.call('HSET', KEYS[1], 'checksum', ARGV[2], 'texts', ARGV[3], 'corpus_size'
 return 1
 """
 
+_TRIM_CHANGES = """#!lua
+-- KEYS: changes, readers, reader deadlines. ARGV: reader, its position, lifetime ms, keep.
+-- Records the reader's position (the oldest revision it still needs), forgets readers past
+-- their deadline, then trims the log below the oldest position left. That position's own
+-- entry stays (a reader checks it), and so do the newest `keep` entries, at least one: an empty
+-- read after revision r then means nothing was written after r, never that it was trimmed.
+-- Returns the oldest position and the number of entries removed.
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('ZADD', KEYS[3], now_ms + tonumber(ARGV[3]), ARGV[1])
+for _, reader in ipairs(redis.call('ZRANGE', KEYS[3], '-inf', now_ms, 'BYSCORE')) do
+  redis.call('ZREM', KEYS[2], reader)
+  redis.call('ZREM', KEYS[3], reader)
+end
+local oldest = tonumber(redis.call('ZRANGE', KEYS[2], 0, 0, 'WITHSCORES')[2])
+local newest = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #newest == 0 then
+  return {oldest, 0}
+end
+local last = tonumber(string.match(newest[1][1], '^%d+'))
+local below = math.min(oldest, last - math.max(tonumber(ARGV[4]), 1) + 1)
+if below <= 1 then
+  return {oldest, 0}
+end
+return {oldest, redis.call('XTRIM', KEYS[1], 'MINID', below .. '-0')}
+"""
+
 _FIELDS = ("text", "metadata", "number", "revision")
 
 
@@ -137,14 +183,22 @@ def _metadata_json(metadata: dict[str, Scalar]) -> str:
 
 
 class DocumentStore:
-    """Typed access to the corpus keys; every Redis failure becomes StoreUnavailableError."""
+    """Typed access to the corpus keys; every Redis failure becomes StoreUnavailableError.
 
-    def __init__(self, client: aioredis.Redis, keys: RedisKeys) -> None:
+    `wait` defaults to the one the client carries (core/redis_clients.py), so a store on a
+    client from there acknowledges writes only as the settings require.
+    """
+
+    def __init__(
+        self, client: aioredis.Redis, keys: RedisKeys, wait: ReplicaWait | None = None
+    ) -> None:
         self.client = client
         self.keys = keys
+        self.wait = wait if wait is not None else replica_wait_of(client)
         self._upsert = client.register_script(_UPSERT)
         self._delete = client.register_script(_DELETE)
         self._set_anchors = client.register_script(_SET_ANCHORS)
+        self._trim_changes = client.register_script(_TRIM_CHANGES)
 
     async def upsert(self, documents: Sequence[NewDocument]) -> tuple[list[int], int]:
         """Write documents (insert or replace); returns their numbers and the new revision."""
@@ -169,7 +223,7 @@ class DocumentStore:
             keys.demo_seeded,
             *(keys.document(doc.id) for doc in documents),
         ]
-        result = await self._call(lambda: self._upsert(keys=script_keys, args=args))
+        result = await self._call(lambda: self._write_script(self._upsert, script_keys, args))
         return [int(value) for value in result]
 
     async def delete(self, ids: Sequence[str]) -> tuple[list[bool], int]:
@@ -180,7 +234,7 @@ class DocumentStore:
             self.keys.document_ids,
             *(self.keys.document(doc_id) for doc_id in ids),
         ]
-        result = await self._call(lambda: self._delete(keys=script_keys, args=list(ids)))
+        result = await self._call(lambda: self._write_script(self._delete, script_keys, list(ids)))
         return [bool(flag) for flag in result[:-1]], int(result[-1])
 
     async def get(self, doc_id: str) -> StoredDocument | None:
@@ -233,23 +287,48 @@ class DocumentStore:
                 return
 
     async def changes_after(
-        self, revision: int, *, count: int = 512, block_ms: int | None = None
+        self,
+        revision: int,
+        *,
+        last: Change | None = None,
+        count: int = 512,
+        block_ms: int | None = None,
     ) -> list[Change]:
-        """Change-log entries after `revision`, oldest first; waits up to block_ms for one."""
-        streams = {self.keys.corpus_changes: f"{revision}-0"}
-        reply = await self._call(lambda: self.client.xread(streams, count=count, block=block_ms))
+        """Change-log entries after `revision`, oldest first; waits up to block_ms for one.
+
+        Raises ChangeLogGapError when the log does not continue from `revision`: its first
+        entry after it is not `revision + 1` (trimmed), or, given `last` (the change the caller
+        applied at `revision`), the entry at `revision` is gone or differs from it.
+        """
+        key = self.keys.corpus_changes
+        streams = {key: f"{revision}-0"}
+        if last is None:
+            reply = await self._call(
+                lambda: self.client.xread(streams, count=count, block=block_ms)
+            )
+        else:
+
+            async def checked_read() -> list[Any]:
+                # One round trip: the entry at `revision` and what follows it.
+                async with self.client.pipeline(transaction=False) as pipe:
+                    pipe.xrange(key, f"{revision}-0", f"{revision}-0")
+                    pipe.xread(streams, count=count, block=block_ms)
+                    return await pipe.execute()
+
+            at, reply = await self._call(checked_read)
+            if not at or _change(*at[0]) != last:
+                raise ChangeLogGapError(
+                    f"the change log's entry at revision {revision} is gone or was rewritten"
+                )
         if not reply:
             return []
         _, entries = reply[0]
-        return [
-            Change(
-                revision=int(entry_id.split("-")[0]),
-                op=fields["op"],
-                id=fields["id"],
-                number=int(fields["number"]),
+        changes = [_change(entry_id, fields) for entry_id, fields in entries]
+        if changes and changes[0].revision != revision + 1:
+            raise ChangeLogGapError(
+                f"the change log jumps from revision {revision} to {changes[0].revision}"
             )
-            for entry_id, fields in entries
-        ]
+        return changes
 
     async def anchor_record(self, count: int, seed: int) -> AnchorRecord | None:
         key = self.keys.document_anchors(count, seed)
@@ -268,13 +347,50 @@ class DocumentStore:
         """Install `record` if the stored checksum is still `expected` (None = no record)."""
         key = self.keys.document_anchors(count, seed)
         args = [expected or "", record.checksum, json.dumps(record.texts), record.corpus_size]
-        return bool(await self._call(lambda: self._set_anchors(keys=[key], args=args)))
+        return bool(await self._call(lambda: self._write_script(self._set_anchors, [key], args)))
+
+    async def trim_changes(self, reader: str, position: int, lifetime_s: float, keep: int) -> int:
+        """Record that `reader` still needs the change log after `position` (for `lifetime_s`,
+        renewed by calling again), and trim it to the oldest position any live reader
+        recorded; keeps the newest `keep` entries. Returns the oldest position."""
+        script_keys = [
+            self.keys.corpus_changes,
+            self.keys.corpus_readers,
+            self.keys.corpus_reader_deadlines,
+        ]
+        args = [reader, position, max(1, round(lifetime_s * 1000)), keep]
+        oldest, _ = await self._call(lambda: self._trim_changes(keys=script_keys, args=args))
+        return int(oldest)
+
+    async def _write_script(self, script: AsyncScript, keys: list[str], args: list[Any]) -> Any:
+        """Run a write script; with a ReplicaWait, WAIT right after it on the same connection.
+
+        WAIT counts the replicas that have everything its own connection wrote, so it must
+        share the script's connection: one pipeline, never two pool round trips.
+        """
+        if not self.wait.replicas:
+            return await script(keys=keys, args=args)
+        async with self.client.pipeline(transaction=False) as pipe:
+            await script(keys=keys, args=args, client=pipe)
+            pipe.wait(self.wait.replicas, self.wait.timeout_ms)
+            result, acknowledged = await pipe.execute()
+        self.wait.check(int(acknowledged))
+        return result
 
     async def _call(self, operation: Callable[[], Awaitable[T]]) -> T:
         try:
             return await operation()
         except RedisError as error:
             raise StoreUnavailableError() from error
+
+
+def _change(entry_id: str, fields: dict[str, str]) -> Change:
+    return Change(
+        revision=int(entry_id.split("-")[0]),
+        op=fields["op"],  # type: ignore[arg-type]  # the scripts write only upsert|delete
+        id=fields["id"],
+        number=int(fields["number"]),
+    )
 
 
 def _document(doc_id: str, row: list[str | None]) -> StoredDocument | None:

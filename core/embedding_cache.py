@@ -1,9 +1,9 @@
 """Document embeddings on disk, keyed by encoder and text, so a restart does not re-encode.
 
-One SQLite file per encoder checkpoint (its checksum), maximum sequence length and dimension,
-which is everything an embedding depends on besides the text; rows are keyed by the text's
-sha256. SQLite gives atomic, crash-safe writes and lets several processes on one host (API
-replicas sharing a volume) read and write the same file.
+One SQLite file per encoder checkpoint and backend (its cache key), maximum sequence length
+and dimension, which is everything an embedding depends on besides the text; rows are keyed by
+the text's sha256. SQLite gives atomic, crash-safe writes and lets several processes on one
+host (API replicas sharing a volume) read and write the same file.
 """
 
 import hashlib
@@ -44,14 +44,12 @@ class Lookup:
 class EmbeddingCache:
     @classmethod
     def for_encoder(cls, directory: Path, encoder: Encoder) -> "EmbeddingCache":
-        return cls(directory, encoder.checksum, encoder.max_seq_length, encoder.dim)
+        return cls(directory, encoder.cache_key, encoder.max_seq_length, encoder.dim)
 
-    def __init__(
-        self, directory: Path, encoder_checksum: str, max_seq_length: int, dim: int
-    ) -> None:
+    def __init__(self, directory: Path, encoder_key: str, max_seq_length: int, dim: int) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.dim = dim
-        self.path = directory / f"{encoder_checksum[:16]}-L{max_seq_length}-d{dim}.sqlite"
+        self.path = directory / f"{encoder_key[:16]}-L{max_seq_length}-d{dim}.sqlite"
         self._lock = threading.Lock()
         # Used from worker threads (asyncio.to_thread); the lock serialises them.
         self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)

@@ -3,10 +3,12 @@ checkpoint: what the API, the worker and the CLI each load the same way."""
 
 from pathlib import Path
 
+from core.backend_choice import choose_backend, encoder_for
 from core.registry import BundleStore, LoadedBundle
 from core.settings import Settings
+from core.threads import apply_thread_policy
 from models.anchors import AnchorSet, load_anchor_set
-from models.encoder import Encoder, load_encoder
+from models.encoder import Encoder
 from models.training.dev_eval import DevSetup
 
 
@@ -20,15 +22,14 @@ def base_version(checksum: str) -> str:
     return f"base-{checksum[:12]}"
 
 
-def settings_encoder(settings: Settings, path: Path | None = None) -> Encoder:
+def settings_encoder(
+    settings: Settings, path: Path | None = None, variants: Path | None = None
+) -> Encoder:
     """The encoder at `path` (default: the settings' checkpoint) with the settings' device,
-    maximum length and batch size."""
-    return load_encoder(
-        path or settings.model_path,
-        device=settings.device,
-        max_seq_length=settings.max_seq_length,
-        batch_size=settings.encode_batch_size,
-    )
+    maximum length, batch size, backend and threads; an exported backend's variant from
+    `variants` (core/backend_choice.build_variants) when it holds one, else from the cache."""
+    apply_thread_policy(settings)  # a no-op after the process's first call
+    return encoder_for(settings, path, variants, choose_backend(settings, path, variants))
 
 
 def settings_anchors(settings: Settings, encoder: Encoder, count: int | None = None) -> AnchorSet:
@@ -58,10 +59,12 @@ def settings_dev_setup(
 
 
 def settings_bundle(settings: Settings, store: BundleStore, version: str) -> LoadedBundle:
-    """A bundle loaded as every replica loads it (checksums, weights, smoke encode, anchors)."""
+    """A bundle loaded as every replica loads it (checksums, weights, smoke encode, anchors),
+    run by the settings' backend: its prebuilt variant when the bundle has one."""
+    apply_thread_policy(settings)
     return store.load(
         version,
-        device=settings.device,
-        max_seq_length=settings.max_seq_length,
-        batch_size=settings.encode_batch_size,
+        encoder_loader=lambda encoder_dir, variants: encoder_for(
+            settings, encoder_dir, variants, choose_backend(settings, encoder_dir, variants)
+        ),
     )

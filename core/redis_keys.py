@@ -41,6 +41,18 @@ class RedisKeys:
         return f"{self.prefix}:corpus:changes"
 
     @property
+    def corpus_readers(self) -> str:
+        """Sorted set reader -> the oldest revision it still needs from the change log; the
+        stream is trimmed to the lowest (core/documents.py trim_changes)."""
+        return f"{self.prefix}:corpus:readers"
+
+    @property
+    def corpus_reader_deadlines(self) -> str:
+        """Sorted set reader -> when (ms since the epoch) its entry in corpus_readers lapses,
+        so a replica that died stops holding the change log back."""
+        return f"{self.prefix}:corpus:reader-deadlines"
+
+    @property
     def demo_seeded(self) -> str:
         """Set once the first start decided about the demo corpus, so it is never re-added."""
         return f"{self.prefix}:corpus:demo-seeded"

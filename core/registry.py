@@ -6,16 +6,20 @@ and swap a single reference (docs/design.md, "Hot swap, in one picture"):
     encoder/               the sentence-transformers directory (the student's weights)
     anchors.npy            (m, dim) unit embeddings of the anchor corpus C by that encoder
     anchor-texts.json      the m anchor sentences, in row order
+    variants/<backend>/    the encoder exported for ONNX Runtime or OpenVINO, plus parity.json
+                           (optional: core/backend_choice.py builds them for the settings)
     corpus.npy             (n, dim) document embeddings at `corpus.revision` (optional)
     corpus-ids.json        the n document numbers (search-index ids), in row order
     manifest.json          version, method, parent, metrics, dimensions, sha256 of every file
 
 The file names, the manifest's schema, version names and the errors are in
-core/bundle_manifest.py. Writing goes to a temporary directory inside the same `bundles/`
-folder, fsyncs every file and directory, then renames it into place: a reader sees a whole
-bundle or none. Loading re-hashes every file against the manifest, checks every matrix's
-dimension against the encoder's, and smoke-encodes a few sentences, before the caller ever
-sees the result.
+core/bundle_manifest.py. ModelStore is what callers need of a store wherever its bundles live:
+BundleStore keeps them in a directory that every process shares, core/s3_store.py in
+S3-compatible object storage with a verified local copy (core/stores.py picks one). Writing
+goes to a temporary directory inside the same `bundles/` folder, fsyncs every file and
+directory, then renames it into place: a reader sees a whole bundle or none. Loading
+re-hashes every file against the manifest, checks every matrix's dimension against the
+encoder's, and smoke-encodes a few sentences, before the caller ever sees the result.
 """
 
 import json
@@ -23,10 +27,11 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -43,6 +48,7 @@ from core.bundle_manifest import (
     MANIFEST,
     REPORT_DIR,
     REPORT_JSON,
+    VARIANTS_DIR,
     VERSION_PATTERN,
     AnchorInfo,
     BundleExistsError,
@@ -66,7 +72,7 @@ from models.atomic import (
 from models.checksums import sha256_directory, sha256_file, sha256_texts
 from models.encoder import Encoder, load_encoder
 
-_TMP_PREFIX = ".tmp-"
+TMP_PREFIX = ".tmp-"
 SMOKE_TEXTS = (
     "A man is playing a guitar.",
     "The stock market fell sharply on Monday.",
@@ -121,6 +127,81 @@ def _check_matrix(name: str, matrix: np.ndarray, rows: int, dim: int, where: str
         raise CorruptBundleError(f"{where}: {name} holds non-finite values")
 
 
+class JobCheckpoints:
+    """The run folder of one retrain job (resume checkpoints), kept where a retry finds it.
+
+    In a directory store the folder lies in the shared store itself, so there is nothing to
+    copy: every method but `discard` is a no-op. The S3 store (core/s3_store.py) keeps the
+    folder on local disk and mirrors its resume checkpoint to the bucket. The worker calls, in
+    order: `restore()` once, for the folder to train into; `save()` after every training step
+    (cheap when no new checkpoint was written); `discard()` once the run is bundled.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def restore(self) -> Path:
+        """The folder to train into, holding the latest checkpoint that the store has."""
+        return self.path
+
+    def save(self) -> None:
+        """Make the folder's newest resume checkpoint durable in the store."""
+
+    def discard(self) -> None:
+        """Delete the run, locally and in the store: the job is done or starts afresh."""
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+@runtime_checkable
+class ModelStore(Protocol):
+    """What the API, the worker and the CLI need of a bundle store, wherever bundles live.
+
+    Bundles are immutable: once published, a version's files never change. `fetch` and
+    `load` only ever hand out a local folder whose every file matched the manifest's sha256.
+    """
+
+    @property
+    def location(self) -> str:
+        """Where the bundles live, for messages (a path or an s3:// URL)."""
+        ...
+
+    def publish(
+        self,
+        version: str,
+        *,
+        encoder: Encoder,
+        anchors: AnchorSet,
+        corpus: CorpusSnapshot | None = None,
+        method: str | None = None,
+        parent: str | None = None,
+        metrics: dict[str, Any] | None = None,
+        report: Path | None = None,
+        variants: Path | None = None,
+    ) -> Manifest: ...
+
+    def versions(self) -> list[str]: ...
+
+    def exists(self, version: str) -> bool: ...
+
+    def manifest(self, version: str) -> Manifest: ...
+
+    def fetch(self, version: str) -> Path: ...
+
+    def report(self, version: str) -> tuple[dict[str, Any], Path]: ...
+
+    def load(
+        self,
+        version: str,
+        *,
+        device: str | None = None,
+        max_seq_length: int | None = None,
+        batch_size: int = 64,
+        encoder_loader: Callable[[Path, Path | None], Encoder] | None = None,
+    ) -> LoadedBundle: ...
+
+    def job_checkpoints(self, job_id: str) -> JobCheckpoints: ...
+
+
 class BundleStore:
     """The `bundles/` folder of a store directory shared by the worker and every replica."""
 
@@ -128,10 +209,18 @@ class BundleStore:
         self.root = Path(root)
         self.bundles = self.root / BUNDLES_DIR
 
+    @property
+    def location(self) -> str:
+        return str(self.bundles)
+
     def job_dir(self, job_id: str) -> Path:
         """Where a retrain job keeps its run (resume checkpoints, text): in the store, which
         every worker shares, so a retry on another worker resumes instead of restarting."""
         return self.root / JOBS_DIR / f"retrain-{validate_version(job_id)}"
+
+    def job_checkpoints(self, job_id: str) -> JobCheckpoints:
+        """The job's run folder, already shared: nothing to upload or download."""
+        return JobCheckpoints(self.job_dir(job_id))
 
     def path_for(self, version: str) -> Path:
         """The bundle directory of `version`, guaranteed to lie inside the store."""
@@ -169,6 +258,15 @@ class BundleStore:
             raise CorruptBundleError(f"{version}: manifest names version {manifest.version!r}")
         return manifest
 
+    def publish(self, version: str, **parts: Any) -> Manifest:
+        """ModelStore's name for `write`: the bundle, complete, or nothing."""
+        return self.write(version, **parts)
+
+    def fetch(self, version: str) -> Path:
+        """The bundle's folder, after every file has been checked against the manifest."""
+        self.verify(version)
+        return self.path_for(version)
+
     def write(
         self,
         version: str,
@@ -180,11 +278,13 @@ class BundleStore:
         parent: str | None = None,
         metrics: dict[str, Any] | None = None,
         report: Path | None = None,
+        variants: Path | None = None,
     ) -> Manifest:
         """Write a complete bundle for `version`, or nothing at all.
 
-        `report` is a folder holding REPORT_JSON and the charts it names; it is checksummed
-        like every other file.
+        `report` is a folder holding REPORT_JSON and the charts it names; `variants` one of
+        exported encoder backends (core/backend_choice.build_variants), so that replicas do
+        not export at start. Both are checksummed like every other file.
         """
         final = self.path_for(version)
         if final.exists():
@@ -197,7 +297,7 @@ class BundleStore:
             _check_matrix(CORPUS, corpus.embeddings, len(corpus.ids), encoder.dim, version)
 
         self.bundles.mkdir(parents=True, exist_ok=True)
-        tmp = self.bundles / f"{_TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
+        tmp = self.bundles / f"{TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
         try:
             shutil.copytree(encoder.path, tmp / ENCODER_DIR, symlinks=False)
             save_npy(tmp / ANCHORS, _float32(anchor_matrix))
@@ -207,6 +307,8 @@ class BundleStore:
                 atomic_write_json(tmp / CORPUS_IDS, corpus.ids, indent=2)
             if report is not None:
                 shutil.copytree(report, tmp / REPORT_DIR, symlinks=False)
+            if variants is not None:
+                shutil.copytree(variants, tmp / VARIANTS_DIR, symlinks=False)
             files = _bundle_files(tmp)
             manifest = Manifest(
                 version=version,
@@ -274,17 +376,26 @@ class BundleStore:
         device: str | None = None,
         max_seq_length: int | None = None,
         batch_size: int = 64,
+        encoder_loader: Callable[[Path, Path | None], Encoder] | None = None,
     ) -> LoadedBundle:
-        """Verify, load and smoke-test a bundle; raises CorruptBundleError on any doubt."""
+        """Verify, load and smoke-test a bundle; raises CorruptBundleError on any doubt.
+
+        `encoder_loader(encoder_dir, variants_dir)` loads the verified encoder (with a
+        backend and its prebuilt variant); without one, torch fp32 with the arguments above.
+        """
         manifest = self.verify(version)
         root = self.path_for(version)
+        variants = root / VARIANTS_DIR if (root / VARIANTS_DIR).is_dir() else None
         try:
-            encoder = load_encoder(
-                root / ENCODER_DIR,
-                device=device,
-                max_seq_length=max_seq_length,
-                batch_size=batch_size,
-            )
+            if encoder_loader is not None:
+                encoder = encoder_loader(root / ENCODER_DIR, variants)
+            else:
+                encoder = load_encoder(
+                    root / ENCODER_DIR,
+                    device=device,
+                    max_seq_length=max_seq_length,
+                    batch_size=batch_size,
+                )
         except Exception as error:
             raise CorruptBundleError(f"{version}: the encoder does not load: {error}") from error
         encoder.name = manifest.encoder.name
@@ -330,7 +441,7 @@ class BundleStore:
         cutoff = time.time() - older_than_s
         removed = []
         for entry in self.bundles.iterdir():
-            if entry.name.startswith(_TMP_PREFIX) and entry.stat().st_mtime < cutoff:
+            if entry.name.startswith(TMP_PREFIX) and entry.stat().st_mtime < cutoff:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry)
         return removed

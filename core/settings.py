@@ -1,11 +1,12 @@
 """The one settings class. Every value can be set by an environment variable RANKSERVE_<NAME>."""
 
+import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from models.cache_paths import CachePaths
 from models.ranking import DEFAULT_LAMBDA_INF
@@ -22,6 +23,17 @@ class Settings(BaseSettings):
     device: str | None = Field(default=None, description="cpu, cuda, cuda:1; None = automatic")
     max_seq_length: int | None = Field(default=None, ge=8, description="None = model's own")
     encode_batch_size: int = Field(default=64, ge=1)
+    # How the encoder runs (models/backends.py); "auto" takes the fastest backend that passes
+    # the parity check on the dev sets (core/backend_choice.py). Training always uses torch.
+    encoder_backend: Literal["torch", "torch-bf16", "onnx", "onnx-int8", "openvino", "auto"] = (
+        "torch"
+    )
+    # Threads, applied once per process (core/threads.py); defaults measured, see
+    # docs/configuration.md. None = the library's own default (one per core).
+    torch_threads: int | None = Field(
+        default=None, ge=1, description="torch intra-op threads; also ONNX Runtime's, OpenVINO's"
+    )
+    blas_threads: int | None = Field(default=None, ge=1, description="numpy's BLAS threads")
 
     # Anchor corpus C of RankEncoder.
     anchor_corpus: Path = DATA_DIR / "corpus" / "wiki-sentences.txt"
@@ -55,10 +67,14 @@ class Settings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
     workers: int = Field(default=1, ge=1, description="uvicorn processes; each loads the model")
     api_key: SecretStr | None = Field(default=None, description="Bearer token; None = no auth")
-    max_texts_per_request: int = Field(default=256, ge=1)
+    # OpenAI's own input cap: LangChain and LlamaIndex send up to 2,048 texts a request (the
+    # batcher cuts them into forward passes). The body limit fits 2,048 texts of up to about
+    # 8,000 ASCII characters each (MiniLM reads ~1,000); the queue holds two full requests, so
+    # a full one is not refused whenever anything else is waiting.
+    max_texts_per_request: int = Field(default=2048, ge=1)
     max_text_chars: int = Field(default=10_000, ge=1)
-    max_body_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
-    queue_capacity: int = Field(default=1024, ge=1, description="texts waiting; more is a 429")
+    max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    queue_capacity: int = Field(default=4096, ge=1, description="texts waiting; more is a 429")
     batch_wait_ms: float = Field(default=5.0, ge=0.0, le=1000.0)
     max_batch_tokens: int = Field(default=16_384, ge=1, description="padded tokens per forward")
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After sent with a 429")
@@ -91,6 +107,29 @@ class Settings(BaseSettings):
     start_redis: bool = Field(
         default=True, description="`rankserve serve` starts redis-server when none answers"
     )
+    # Redis through Sentinel (core/redis_clients.py): with sentinel addresses and the master's
+    # name, every client (API, corpus follower, swap manager, RQ) asks the sentinels for the
+    # master, so a failover needs no restart; redis_url then gives only the master's user,
+    # password, database and scheme. Comma-separated in the environment: "h1:26379,h2:26379".
+    redis_sentinels: Annotated[list[str], NoDecode] = Field(
+        default=[], description="sentinel host:port addresses; empty = redis_url's server"
+    )
+    redis_sentinel_master: str | None = Field(default=None, description="Sentinel's master name")
+    redis_sentinel_password: SecretStr | None = Field(
+        default=None, description="password of the sentinels themselves (their requirepass)"
+    )
+    # A document write or version activation is acknowledged only once this many replicas
+    # have it (WAIT), so a failover to one of them cannot lose a 200. Short of that within the
+    # timeout, the write fails with a 503 although the master applied it. The timeout stays
+    # well below the API's 10 s Redis socket timeout, which WAIT's reply must beat.
+    redis_wait_replicas: int = Field(default=0, ge=0, description="0 = acknowledge at once")
+    redis_wait_timeout_s: float = Field(default=1.0, gt=0.0, le=5.0)
+    # The change log (<prefix>:corpus:changes) is trimmed to the oldest revision a live replica
+    # still needs: each replica reports its position and trims this often. A replica silent
+    # for 3 intervals no longer holds entries back; if it comes back to find its position
+    # trimmed, it rebuilds from a full scan. The changes_keep newest entries always stay.
+    changes_trim_interval_s: float = Field(default=10.0, gt=0.0)
+    changes_keep: int = Field(default=1000, ge=0)
     anchor_source: Literal["corpus", "documents"] = "corpus"
     demo_corpus: Path | None = Field(
         default=DATA_DIR / "demo" / "documents.jsonl",
@@ -105,6 +144,17 @@ class Settings(BaseSettings):
     search_index: Literal["flat", "ivf"] = "flat"
     ivf_nlist: int = Field(default=1024, ge=1, description="IVF lists; trained at 39 x nlist docs")
     ivf_nprobe: int = Field(default=32, ge=1)
+    # Eq. 7 rescoring (models/index.py): the exact path computes each candidate's rank vector
+    # at query time. "8bit"/"4bit" keep every document's ranks quantised (M or M/2 bytes per
+    # document, memory-mapped under var_dir), rebuilt in the background when the anchors or the
+    # encoder change; documents past the budget, or not yet backfilled, are scored exactly.
+    precomputed_ranks: Literal["off", "8bit", "4bit"] = "off"
+    precomputed_ranks_budget_mb: int = Field(
+        default=1024, ge=1, description="the rank store's file; 8bit at M=10k: ~100k documents"
+    )
+    search_threads: int = Field(
+        default=2, ge=1, description="threads rescoring searches, apart from the encoder's"
+    )
     write_visibility_timeout_s: float = Field(
         default=30.0, ge=0.0, description="a write waits this long for this replica's index"
     )
@@ -113,6 +163,26 @@ class Settings(BaseSettings):
     # redis_prefix, bundles under bundle_store, the active version in Redis. An empty or unset
     # admin_token disables /admin (403).
     store_dir: Path | None = Field(default=None, description="bundle store; None = var/store")
+    # Bundles and the checkpoints of running jobs in S3-compatible object storage instead of a
+    # shared directory (core/s3_store.py): `s3://bucket/prefix`. store_dir (var/store) is then
+    # each process's local cache of verified bundles, never shared. Credentials come from
+    # boto3's own chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, web identity, instance role).
+    store_url: str | None = Field(
+        default=None,
+        pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s]*)?$",
+        description="s3://bucket/prefix; None = the directory store_dir, shared by every pod",
+    )
+    s3_endpoint_url: str | None = Field(
+        default=None, description="MinIO, Ceph RGW or another S3-compatible server; None = AWS"
+    )
+    s3_region: str | None = Field(default=None, description="None = boto3's own (AWS_REGION)")
+    s3_addressing_style: Literal["auto", "path", "virtual"] = Field(
+        default="auto", description="MinIO and most Ceph setups want path"
+    )
+    # boto3 >= 1.36 adds CRC32 checksum headers (and trailers) to every upload by default;
+    # MinIO, Ceph RGW and other S3-compatible servers of some versions reject them. The
+    # manifest's sha256 checks every byte anyway, so only send checksums an API requires.
+    s3_checksums: Literal["when_required", "when_supported"] = "when_required"
     admin_token: SecretStr | None = Field(default=None, description="Bearer token for /admin")
     reconcile_interval_s: float = Field(
         default=30.0, gt=0.0, description="replicas re-read the active version this often"
@@ -136,12 +206,17 @@ class Settings(BaseSettings):
         "model_path",
         "device",
         "max_seq_length",
+        "torch_threads",
+        "blas_threads",
         "anchor_count",
         "anchor_seed",
         "api_key",
         "demo_corpus",
         "store_dir",
         "admin_token",
+        "store_url",
+        "s3_endpoint_url",
+        "s3_region",
         mode="before",
     )
     @classmethod
@@ -149,6 +224,40 @@ class Settings(BaseSettings):
         # An empty variable means "the None default's meaning": docker-compose passes an unset
         # variable through as "", which must not become a token, the path "." or a parse error.
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("redis_sentinel_master", "redis_sentinel_password", mode="before")
+    @classmethod
+    def _blank_sentinel_is_none(cls, value: object) -> object:
+        # As _blank_is_none: compose passes an unset variable through as "".
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("redis_sentinels", mode="before")
+    @classmethod
+    def _split_sentinels(cls, value: object) -> object:
+        # The environment gives one string, "h1:26379,h2:26379"; a JSON list works too.
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                return json.loads(text)
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _check_sentinels(cls, value: list[str]) -> list[str]:
+        for address in value:
+            _sentinel_address(address)
+        return value
+
+    @model_validator(mode="after")
+    def _sentinel_needs_master(self) -> Self:
+        if bool(self.redis_sentinels) != bool(self.redis_sentinel_master):
+            raise ValueError("redis_sentinels and redis_sentinel_master are set together")
+        return self
+
+    @property
+    def redis_sentinel_addresses(self) -> list[tuple[str, int]]:
+        return [_sentinel_address(address) for address in self.redis_sentinels]
 
     def training_files(self, *, supervised: bool) -> list[Path]:
         """The default training files: NLI pairs for supervised methods, else sentences."""
@@ -179,6 +288,15 @@ class Settings(BaseSettings):
     @property
     def bundle_store(self) -> Path:
         return self.store_dir or self.var_dir / "store"
+
+
+def _sentinel_address(value: str) -> tuple[str, int]:
+    """A sentinel address, host:port or [v6 address]:port, as (host, port)."""
+    host, sep, port = value.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"a sentinel address is host:port, got {value!r}")
+    return host, int(port)
 
 
 @lru_cache(maxsize=1)

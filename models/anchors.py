@@ -1,9 +1,12 @@
 """The anchor corpus C of RankEncoder: its embedding matrix, resident on the encoder's device.
 
 Encoding 10k anchors takes about a minute on two CPU cores, so the matrix is cached on disk,
-keyed by the encoder checksum, the anchor texts' checksum and their count.
+keyed by the encoder's cache key (checksum and backend), the anchor texts' checksum and their
+count.
 """
 
+import functools
+import hashlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,16 +53,25 @@ class AnchorSet:
     def device(self) -> torch.device:
         return self.embeddings.device
 
+    @functools.cached_property
+    def key(self) -> str:
+        """Names this anchor matrix: what precomputed document ranks are valid for.
+
+        The encoder and texts checksums name where it came from; the digest of the matrix
+        itself also tells apart backends or devices that embed the same texts differently.
+        """
+        digest = hashlib.sha256(self.embeddings.detach().cpu().numpy().tobytes()).hexdigest()
+        return (
+            f"{self.encoder_checksum[:16]}-{self.texts_checksum[:16]}-m{self.count}-{digest[:16]}"
+        )
+
     def rank_vectors(self, embeddings: torch.Tensor) -> torch.Tensor:
         """Normalised rank vectors (Eq. 2-3) of unit embeddings against these anchors."""
         return rank_vectors_chunked(embeddings.to(self.device), self.embeddings)  # (n, m)
 
 
-def _cache_file(cache_dir: Path, encoder_checksum: str, texts_checksum: str, count: int) -> Path:
-    return (
-        CachePaths(cache_dir).anchors
-        / f"{encoder_checksum[:16]}-{texts_checksum[:16]}-m{count}.npy"
-    )
+def _cache_file(cache_dir: Path, encoder_key: str, texts_checksum: str, count: int) -> Path:
+    return CachePaths(cache_dir).anchors / f"{encoder_key[:16]}-{texts_checksum[:16]}-m{count}.npy"
 
 
 def _load_cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
@@ -83,7 +95,7 @@ def build_anchor_set(
     cached: np.ndarray | None = None
     cache_path: Path | None = None
     if cache_dir is not None:
-        cache_path = _cache_file(cache_dir, encoder.checksum, texts_checksum, len(texts))
+        cache_path = _cache_file(cache_dir, encoder.cache_key, texts_checksum, len(texts))
         cached = _load_cached(cache_path, (len(texts), encoder.dim))
     if cached is None:
         embeddings = encoder.encode(texts)  # (m, dim)

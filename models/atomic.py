@@ -4,12 +4,15 @@
 renames it over the target and fsyncs the directory, so the new name survives a crash too.
 The temporary file is removed when writing fails. The on-disk caches (anchor matrices,
 teacher embeddings and signals, dev metrics) and every file of a model bundle go through it.
+`atomic_directory` does the same for a folder of files (an exported encoder variant).
 """
 
 import json
 import os
+import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -72,3 +75,33 @@ def atomic_write_json(path: Path, value: Any, *, indent: int | None = None) -> N
 def save_npy(path: Path, array: np.ndarray) -> None:
     """`np.save` of `array`, atomically; load it with `np.load(path, allow_pickle=False)`."""
     atomic_write(path, lambda handle: np.save(handle, array, allow_pickle=False))
+
+
+@contextmanager
+def atomic_directory(path: Path) -> Iterator[Path]:
+    """Fill the temporary directory this yields; on success it is renamed to `path` whole.
+
+    A reader sees the complete directory or none. When another process finished the same
+    directory first, its copy is kept and ours is dropped: both were built from the same
+    inputs. On failure nothing remains.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name[:200]}.{uuid.uuid4().hex[:12]}.tmp")
+    tmp.mkdir()
+    try:
+        yield tmp
+        for directory, _, names in os.walk(tmp):
+            for name in names:
+                fsync_file(Path(directory) / name)
+            fsync_directory(Path(directory))
+        try:
+            os.rename(tmp, path)
+        except OSError:
+            if not path.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_directory(path.parent)

@@ -1,7 +1,7 @@
 """The layout of the derived-data cache (RANKSERVE_VAR_DIR/cache), decided here only.
 
-Everything under it is derived and keyed by what it depends on (encoder checksum, texts,
-settings): any file can be deleted and is rebuilt on next use.
+Everything under it is derived and keyed by what it depends on (encoder checksum and backend,
+texts, settings): any file can be deleted and is rebuilt on next use.
 """
 
 from dataclasses import dataclass
@@ -21,6 +21,22 @@ class CachePaths:
     def embeddings(self) -> Path:
         """Document embeddings, one SQLite file per encoder: core/embedding_cache.py."""
         return self.root / "embeddings"
+
+    @property
+    def encoder_variants(self) -> Path:
+        """Exported encoder backends (ONNX, int8, OpenVINO) per checkpoint: models/backends.py."""
+        return self.root / "encoder-variants"
+
+    @property
+    def backend_choices(self) -> Path:
+        """`auto`'s parity and speed measurements per checkpoint and CPU: core/backend_choice.py."""
+        return self.root / "backend-choices"
+
+    @property
+    def rank_stores(self) -> Path:
+        """Where precomputed document ranks are memory-mapped: models/rank_store.py. Its files
+        have no name (O_TMPFILE), so the folder looks empty; `df` counts them."""
+        return self.root / "ranks"
 
     @property
     def teacher_embeddings(self) -> Path:

@@ -1,9 +1,13 @@
-"""Sentence encoder: a sentence-transformers checkpoint directory, encoding on one device."""
+"""Sentence encoder: a sentence-transformers checkpoint directory, encoding on one device with
+one backend (models/backends.py): torch fp32, torch bf16 autocast, or an exported variant."""
 
+import contextlib
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 # No code path may fetch weights from a hub; set before sentence-transformers is imported.
@@ -13,6 +17,15 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from sentence_transformers import SentenceTransformer
 from transformers.utils import logging as transformers_logging
 
+from models.backends import (
+    EXPORTED,
+    Backend,
+    Runner,
+    ensure_variant,
+    load_runner,
+    require,
+    tensor_features,
+)
 from models.checksums import sha256_directory
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
@@ -39,14 +52,24 @@ class Encoder:
     model: SentenceTransformer
     path: Path
     name: str
-    checksum: str  # sha256 over the checkpoint directory; keys every embedding cache
+    checksum: str  # sha256 over the checkpoint directory: the weights' identity
     device: torch.device
     batch_size: int = 64
+    backend: Backend = Backend.TORCH
+    runner: Runner | None = None  # the exported graph, for the backends in EXPORTED
     _dim: int = field(init=False)
 
     def __post_init__(self) -> None:
-        probe = self.model.encode(["probe"], convert_to_tensor=True)
-        self._dim = int(probe.shape[-1])
+        self._dim = int(self.encode(["probe"]).shape[-1])
+
+    @property
+    def cache_key(self) -> str:
+        """What every embedding cache is keyed by: the weights and the backend that ran them,
+        since backends agree only to about 1e-3. torch fp32 keeps the bare checksum, so caches
+        written before backends existed stay valid."""
+        if self.backend == Backend.TORCH:
+            return self.checksum
+        return hashlib.sha256(f"{self.checksum}:{self.backend.value}".encode()).hexdigest()
 
     @property
     def dim(self) -> int:
@@ -67,14 +90,42 @@ class Encoder:
         """
         if not texts:
             return torch.empty((0, self.dim), dtype=torch.float32, device=self.device)
-        embeddings = self.model.encode(
-            texts,
-            batch_size=batch_size or self.batch_size,
-            convert_to_tensor=True,
-            normalize_embeddings=True,
-            show_progress_bar=progress,
-        )  # (n, dim)
-        return embeddings.to(device=self.device, dtype=torch.float32)
+        size = batch_size or self.batch_size
+        if self.runner is not None:
+            return self._encode_exported(self.runner, texts, size)
+        with self._autocast():
+            embeddings = self.model.encode(
+                texts,
+                batch_size=size,
+                convert_to_tensor=True,
+                normalize_embeddings=True,
+                show_progress_bar=progress,
+            )  # (n, dim)
+        embeddings = embeddings.to(device=self.device, dtype=torch.float32)
+        if self.backend == Backend.TORCH_BF16:
+            # Normalised again in fp32: bf16 rounding leaves norms about 1e-3 off one.
+            embeddings = torch.nn.functional.normalize(embeddings, dim=-1)
+        return embeddings
+
+    def _autocast(self) -> contextlib.AbstractContextManager[None]:
+        if self.backend != Backend.TORCH_BF16:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=torch.bfloat16)
+
+    def _encode_exported(self, runner: Runner, texts: list[str], batch_size: int) -> torch.Tensor:
+        """As sentence-transformers does: longest texts first (less padding per batch), the
+        caller's order restored at the end."""
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        parts = []
+        for start in range(0, len(order), batch_size):
+            batch = [texts[i] for i in order[start : start + batch_size]]
+            features = tensor_features(self.model, batch)
+            parts.append(runner({name: value.numpy() for name, value in features.items()}))
+        stacked = np.concatenate(parts).astype(np.float32, copy=False)  # (n, dim), sorted order
+        embeddings = np.empty_like(stacked)
+        embeddings[order] = stacked
+        out = torch.from_numpy(embeddings)
+        return torch.nn.functional.normalize(out, dim=-1).to(self.device)
 
     def token_counts(self, texts: list[str]) -> list[int]:
         """Tokens per text as the model's tokenizer counts them, before truncation."""
@@ -88,14 +139,30 @@ def load_encoder(
     device: str | None = None,
     max_seq_length: int | None = None,
     batch_size: int = 64,
+    backend: Backend | str = Backend.TORCH,
+    variants: Path | None = None,
+    export_cache: Path | None = None,
+    threads: int | None = None,
 ) -> Encoder:
-    """Load a sentence-transformers directory (default: the packaged all-MiniLM-L6-v2)."""
+    """Load a sentence-transformers directory (default: the packaged all-MiniLM-L6-v2).
+
+    For an exported backend, the variant comes from `variants` (a bundle's prebuilt folder)
+    when it holds one for this checkpoint, else from `export_cache`, exported there once;
+    `threads` sizes its runtime's thread pool (None: the runtime's default). Exported
+    backends run on the CPU.
+    """
+    backend = Backend(backend)
+    require(backend)
     model_path = Path(path) if path else default_model_path()
     if not (model_path / "modules.json").is_file() and not (model_path / "config.json").is_file():
         raise FileNotFoundError(
             f"{model_path} is not a sentence-transformers checkpoint directory "
             "(no modules.json or config.json)"
         )
+    if backend in EXPORTED:
+        if device is not None and torch.device(device).type != "cpu":
+            raise ValueError(f"encoder backend {backend} runs on the CPU, not on {device}")
+        device = "cpu"
     resolved = pick_device(device)
     # The per-tensor "Loading weights" bar is noise in service logs and CLI output alike.
     transformers_logging.disable_progress_bar()
@@ -104,11 +171,19 @@ def load_encoder(
         model.max_seq_length = max_seq_length
     model.eval()
     name = DEFAULT_MODEL_NAME if model_path == default_model_path() else model_path.name
+    checksum = sha256_directory(model_path)
+    runner = None
+    if backend in EXPORTED:
+        cache = export_cache / checksum[:16] if export_cache is not None else None
+        folder = ensure_variant(model, checksum, backend, prebuilt=variants, cache=cache)
+        runner = load_runner(backend, folder, threads)
     return Encoder(
         model=model,
         path=model_path,
         name=name,
-        checksum=sha256_directory(model_path),
+        checksum=checksum,
         device=resolved,
         batch_size=batch_size,
+        backend=backend,
+        runner=runner,
     )

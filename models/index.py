@@ -5,20 +5,15 @@ Reference: Seonwoo et al., "Ranking-Enhanced Unsupervised Sentence Representatio
 normalised rank vectors of Eq. 2-3 against the anchor matrix.
 
 faiss proposes `candidates` documents by inner product (= cosine, every vector is unit length);
-those are rescored exactly with Eq. 7 and the best `top_k` kept. Document rank vectors are
-computed at query time from the candidates' stored embeddings, not precomputed: a precomputed
-uint16 rank matrix costs 2 * M bytes per document (20 GB per million documents at M = 10,000,
-thirteen times the float32 embeddings) and must be rebuilt whenever the anchor matrix changes;
-`bench/search.py` measures both sides of that trade.
+those are rescored with Eq. 7 and the best `top_k` kept. By default each candidate's rank
+vector is computed exactly at query time from its stored embedding (a matmul and a radix sort
+per candidate). Optionally a RankStore (models/rank_store.py) keeps every document's ranks
+quantised to 8 or 4 bits (M or M/2 bytes per document), kept in step by upsert and remove and
+filled for existing documents by `backfill_ranks`; candidates with a row are then scored by a
+dot product, the rest exactly. A search uses the store only under the anchors it was built
+for (`anchors_key`). `bench/search.py` measures both paths.
 
-Index kinds:
-- "flat": `IndexIDMap2(IndexFlatIP)`, exact inner-product candidates.
-- "ivf": `IndexIVFFlat` with a hash-table direct map (so vectors can be read back and removed by
-  id). It needs training, so vectors live in a flat index until `train_size` of them exist; the
-  index then trains its coarse quantiser on all of them and moves them over.
-When faiss was built with GPU support (`faiss.get_num_gpus() > 0`), unfiltered candidate
-searches run on a GPU copy made with `faiss.StandardGpuResources` and refreshed after writes;
-filtered searches stay on the CPU index because GPU indexes take no `IDSelector`.
+Index kinds and the GPU copy: models/index_config.py.
 
 Metadata filters are equality on flat scalar values. They restrict the faiss search itself
 (an `IDSelector`), and an IVF that cannot fill the candidate list from the allowed documents
@@ -26,61 +21,21 @@ probes more lists, up to all of them, so a filter never shortens the result belo
 min(top_k, number of matching documents).
 """
 
-import json
-import math
 import threading
-from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 import faiss
 import numpy as np
 import torch
 
 from models.faiss_gpu import GpuMirror, gpu_available, one_faiss_thread
-from models.ranking import rank_vectors_chunked
-from models.rescoring import SearchHits, empty_hits, eq7_scores, top_hits
-
-IndexKind = Literal["flat", "ivf"]
-Scalar = str | int | float | bool | None
-Term = tuple[str, str]
+from models.index_config import IndexConfig, IndexKind
+from models.metadata_terms import MetadataPostings, Scalar
+from models.rank_store import RankStore
+from models.rescoring import SearchHits, StoredRanks, rescore, rescore_chunks
 
 # Documents read back at once by the exhaustive search: bounds its (chunk, m) rank matrix.
 _SCAN_CHUNK = 2048
-
-
-@dataclass(frozen=True)
-class IndexConfig:
-    kind: IndexKind = "flat"
-    nlist: int = 1024  # IVF inverted lists
-    nprobe: int = 32  # IVF lists visited per query
-    train_size: int | None = None  # vectors before the IVF is trained; None = 39 * nlist
-    use_gpu: bool = True  # only takes effect with a GPU build of faiss and a visible GPU
-
-    def __post_init__(self) -> None:
-        if self.nlist < 1 or self.nprobe < 1:
-            raise ValueError("nlist and nprobe must be positive")
-        if self.train_size is not None and self.train_size < self.nlist:
-            raise ValueError("an IVF needs at least nlist training vectors")
-
-    @property
-    def ivf_train_size(self) -> int:
-        # faiss warns below 39 training points per centroid.
-        return self.train_size if self.train_size is not None else 39 * self.nlist
-
-
-def metadata_terms(metadata: Mapping[str, Scalar] | None) -> tuple[Term, ...]:
-    """Canonical (key, value) terms: 1 and 1.0 are one value, True and 1 are not (JSON types)."""
-    if not metadata:
-        return ()
-    return tuple(sorted((key, _canonical(value)) for key, value in metadata.items()))
-
-
-def _canonical(value: Scalar) -> str:
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return json.dumps(int(value))
-    return json.dumps(value)
 
 
 class SearchIndex:
@@ -96,9 +51,9 @@ class SearchIndex:
         self._lock = threading.Lock()
         self._index: faiss.Index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
         self._is_ivf = False
-        self._terms: dict[int, tuple[Term, ...]] = {}  # every stored id -> its metadata terms
-        self._postings: dict[Term, set[int]] = defaultdict(set)
+        self._terms = MetadataPostings()  # every stored id, and the filters' posting lists
         self._gpu = GpuMirror() if self.config.use_gpu and gpu_available() else None
+        self._ranks: RankStore | None = None  # quantised document ranks, when attached
 
     def __len__(self) -> int:
         return len(self._terms)
@@ -114,6 +69,46 @@ class SearchIndex:
     @property
     def on_gpu(self) -> bool:
         return self._gpu is not None
+
+    @property
+    def rank_store(self) -> RankStore | None:
+        return self._ranks
+
+    def attach_rank_store(self, store: RankStore | None) -> np.ndarray:
+        """Use `store` (None: no store) from now on; returns the ids it still lacks (n,).
+
+        Every later upsert writes its rows; `backfill_ranks` fills those of the ids returned.
+        """
+        with self._lock:
+            previous, self._ranks = self._ranks, store
+            if previous is not None and previous is not store:
+                previous.close()  # searches copy rows out under the lock: none still reads it
+            if store is None:
+                return np.empty(0, dtype=np.int64)
+            return np.array([i for i in self._terms if i not in store], dtype=np.int64)
+
+    def backfill_ranks(self, store: RankStore, ids: np.ndarray) -> int | None:
+        """Compute and store the rows of `ids` that `store` lacks; None once it is detached.
+
+        The ranks are computed outside the lock; a row is stored only if its document still
+        has the embedding it was computed from and no upsert has written it meanwhile.
+        """
+        with self._lock:
+            if self._ranks is not store:
+                return None
+            todo = np.array([i for i in ids.tolist() if i in self._terms and i not in store])
+            todo = todo.astype(np.int64)  # (n,)
+            vectors = self._reconstruct_locked(todo)  # (n, dim)
+        codes = store.encode_embeddings(vectors)  # (n, row_bytes)
+        with self._lock:
+            if self._ranks is not store:
+                return None
+            keep = np.array([i in self._terms and i not in store for i in todo.tolist()], bool)
+            unchanged = np.zeros(len(todo), dtype=bool)
+            if keep.any():
+                current = self._reconstruct_locked(todo[keep])  # (k, dim)
+                unchanged[keep] = (current == vectors[keep]).all(axis=1)
+            return store.put(todo[unchanged], codes[unchanged])
 
     def upsert(
         self,
@@ -133,14 +128,18 @@ class SearchIndex:
             raise ValueError("one metadata entry per id")
         if len(id_array) == 0:
             return
+        store = self._ranks
+        # The expensive part (a matmul and a sort per document) before taking the lock.
+        codes = store.encode_embeddings(vectors) if store is not None else None
         with self._lock:
             self._remove_locked(id_array)
             self._index.add_with_ids(vectors, id_array)
+            if self._ranks is not None:
+                if self._ranks is not store or codes is None:  # a store attached meanwhile
+                    codes = self._ranks.encode_embeddings(vectors)
+                self._ranks.put(id_array, codes)
             for doc_id, meta in zip(id_array.tolist(), metas, strict=True):
-                terms = metadata_terms(meta)
-                self._terms[doc_id] = terms
-                for term in terms:
-                    self._postings[term].add(doc_id)
+                self._terms.add(doc_id, meta)
             if self.config.kind == "ivf" and not self._is_ivf:
                 self._maybe_train_ivf_locked()
             self._invalidate_gpu()
@@ -175,27 +174,28 @@ class SearchIndex:
         candidates: int,
         lambda_inf: float,
         where: Mapping[str, Scalar] | None = None,
+        anchors_key: str | None = None,
     ) -> SearchHits:
         """faiss proposes max(candidates, top_k) documents; Eq. 7 orders them; top_k are kept.
 
         `query` (dim,) is a unit embedding, `anchors` (m, dim) the anchor matrix; rescoring runs
-        on the anchors' device.
+        on the anchors' device. `anchors_key` (AnchorSet.key) lets candidates with a row in
+        the attached rank store be scored from it, if it was built for these anchors.
         """
         if top_k < 1:
             raise ValueError("top_k must be positive")
         query_np = _as_float32(query).reshape(1, -1)  # (1, dim)
+        stored: StoredRanks | None = None
         with self._lock:
             ids, _ = self._candidates_locked(query_np, max(candidates, top_k), where)
             vectors = self._reconstruct_locked(ids)  # (k, dim)
-        if len(ids) == 0:
-            return empty_hits()
-        device = anchors.device
-        query_t = query.to(device=device, dtype=torch.float32).reshape(-1)  # (dim,)
-        query_rank = rank_vectors_chunked(query_t[None], anchors)[0]  # (m,)
-        score, cosine, rank = eq7_scores(
-            query_t, query_rank, torch.from_numpy(vectors).to(device), anchors, lambda_inf
+            store = self._ranks
+            if store is not None and anchors_key is not None and store.anchors_key == anchors_key:
+                found, codes = store.gather(ids)
+                stored = StoredRanks(found, codes, store.codec)
+        return rescore(
+            query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k, stored=stored
         )
-        return top_hits(ids, score.cpu().numpy(), cosine.cpu().numpy(), rank.cpu().numpy(), top_k)
 
     def search_exact(
         self,
@@ -208,48 +208,26 @@ class SearchIndex:
     ) -> SearchHits:
         """Eq. 7 against every (allowed) document: the brute-force reference, O(N * M log M)."""
         with self._lock:
-            pool = self._all_ids_locked() if not where else _id_array(self._allowed_locked(where))
-        device = anchors.device
-        query_t = query.to(device=device, dtype=torch.float32).reshape(-1)  # (dim,)
-        query_rank = rank_vectors_chunked(query_t[None], anchors)[0]  # (m,)
-        kept = empty_hits()
-        for start in range(0, len(pool), _SCAN_CHUNK):
-            with self._lock:
-                # Documents removed since the snapshot of ids are skipped.
-                chunk = np.array(
-                    [i for i in pool[start : start + _SCAN_CHUNK].tolist() if i in self._terms],
-                    dtype=np.int64,
-                )
-                vectors = self._reconstruct_locked(chunk)  # (c, dim)
-            score, cosine, rank = eq7_scores(
-                query_t, query_rank, torch.from_numpy(vectors).to(device), anchors, lambda_inf
-            )
-            kept = top_hits(
-                np.concatenate([kept.ids, chunk]),
-                np.concatenate([kept.scores, score.cpu().numpy()]),
-                np.concatenate([kept.cosine, cosine.cpu().numpy()]),
-                np.concatenate([kept.rank, rank.cpu().numpy()]),
-                top_k,
-            )
-        return kept
+            pool = self._all_ids_locked() if not where else _id_array(self._terms.allowed(where))
+
+        def chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+            for start in range(0, len(pool), _SCAN_CHUNK):
+                with self._lock:
+                    # Documents removed since the snapshot of ids are skipped.
+                    chunk = [i for i in pool[start : start + _SCAN_CHUNK].tolist() if i in self]
+                    ids = np.array(chunk, dtype=np.int64)  # (c,)
+                    yield ids, self._reconstruct_locked(ids)  # (c, dim)
+
+        return rescore_chunks(query, anchors, chunks(), lambda_inf=lambda_inf, top_k=top_k)
 
     def _all_ids_locked(self) -> np.ndarray:
         return np.fromiter(self._terms, dtype=np.int64, count=len(self._terms))  # (n,)
-
-    def _allowed_locked(self, where: Mapping[str, Scalar]) -> set[int]:
-        postings = sorted(
-            (self._postings.get(term, set()) for term in metadata_terms(where)), key=len
-        )
-        allowed = set(postings[0])
-        for posting in postings[1:]:
-            allowed &= posting
-        return allowed
 
     def _candidates_locked(
         self, query: np.ndarray, k: int, where: Mapping[str, Scalar] | None
     ) -> tuple[np.ndarray, np.ndarray]:
         """(ids, inner products) of up to k documents, best first, all passing `where`."""
-        allowed = self._allowed_locked(where) if where else None
+        allowed = self._terms.allowed(where) if where else None
         k = min(k, len(self._terms) if allowed is None else len(allowed))
         if k == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
@@ -295,12 +273,10 @@ class SearchIndex:
             return 0
         # IDSelectorArray lets the IVF hash-table direct map remove by lookup, not by a scan.
         self._index.remove_ids(faiss.IDSelectorArray(present))
+        if self._ranks is not None:
+            self._ranks.remove(present)
         for doc_id in present.tolist():
-            for term in self._terms.pop(doc_id):
-                posting = self._postings[term]
-                posting.discard(doc_id)
-                if not posting:
-                    del self._postings[term]
+            self._terms.discard(doc_id)
         return len(present)
 
     def _maybe_train_ivf_locked(self) -> None:

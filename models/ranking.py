@@ -6,8 +6,9 @@ Reference: Seonwoo et al., "Ranking-Enhanced Unsupervised Sentence Representatio
 
 import math
 
-import numpy as np
 import torch
+
+from models.ordinal_ranks import ranks_into
 
 DEFAULT_LAMBDA_INF = 0.1  # Section 4.3
 
@@ -15,44 +16,58 @@ DEFAULT_LAMBDA_INF = 0.1  # Section 4.3
 def anchor_ranks(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
     """Rank of every anchor by cosine to each input, 0 = least similar (Eq. 2 before g).
 
-    Both inputs are L2-normalised, so the inner product is the cosine. One sort per row plus a
-    scatter of 0..m-1 into the sorted positions: O(m log m) per row, no second argsort.
-    Ties (equal cosines) get distinct ordinal ranks; with float32 cosines they are vanishingly
-    rare and Spearman's average-rank convention would move the result by less than 1e-6.
+    Both inputs are L2-normalised, so the inner product is the cosine. Ranks are ordinal: equal
+    cosines (about one pair per row of 10k float32 cosines) take their column order, as
+    scipy.stats.rankdata(method="ordinal"); Spearman's average-rank convention would move a
+    similarity by less than 1e-6.
+    """
+    return _ranks_affine(embeddings, anchors, 1.0, 0.0)  # (batch, m)
+
+
+def _ranks_affine(
+    embeddings: torch.Tensor, anchors: torch.Tensor, scale: float, shift: float
+) -> torch.Tensor:
+    """scale * anchor_ranks + shift, the affine map applied while the ranks are written.
+
+    On CPU an exact linear-time radix sort (models/ordinal_ranks.py) writes the mapped ranks
+    in its last pass, so g of Eq. 3 costs nothing extra; on CUDA torch sorts on the device.
     """
     cosines = (embeddings @ anchors.T).detach()  # (batch, m); ranks carry no gradient
-    order = _argsort_rows(cosines)  # (batch, m)
-    positions = torch.arange(anchors.shape[0], device=cosines.device, dtype=cosines.dtype)
+    if cosines.device.type == "cpu":
+        values = cosines.to(torch.float32).contiguous().numpy()  # (batch, m)
+        out = torch.empty(values.shape, dtype=torch.float32)  # (batch, m)
+        ranks_into(values, out.numpy(), scale, shift)
+        return out.to(cosines.dtype)
+    order = torch.argsort(cosines, dim=1, stable=True)  # (batch, m)
+    positions = torch.arange(cosines.shape[1], device=cosines.device, dtype=cosines.dtype)
     ranks = torch.empty_like(cosines)  # (batch, m)
-    ranks.scatter_(1, order, positions.expand_as(cosines))
+    ranks.scatter_(1, order, (positions * scale + shift).expand_as(cosines))
     return ranks
 
 
-def _argsort_rows(values: torch.Tensor) -> torch.Tensor:
-    """Row-wise argsort. On CPU numpy's vectorised sort is about 4x faster than torch's
-    (bench.scoring); on CUDA torch sorts on the device."""
-    if values.device.type == "cpu":
-        return torch.from_numpy(np.argsort(values.numpy(), axis=1))
-    return torch.argsort(values, dim=1)
+def normalisation(m: int) -> tuple[float, float]:
+    """(scale, shift) of g in Eq. 3: g(r) = scale * r + shift for ranks of m anchors.
+
+    A permutation of 0..m-1 always has mean (m-1)/2 and population std sqrt((m^2-1)/12), so g
+    is one affine map: centre, divide by sqrt(m) times the std. The inner product of two
+    outputs is Spearman's rho (Appendix A.1, Eq. 9).
+    """
+    if m < 2:
+        raise ValueError("rank vectors need at least two anchors")
+    scale = 1.0 / (math.sqrt(m) * math.sqrt((m * m - 1) / 12))
+    return scale, -(m - 1) / 2 * scale
 
 
 def normalise_ranks(ranks: torch.Tensor) -> torch.Tensor:
-    """g of Eq. 3: centre, divide by sqrt(m) times the population standard deviation.
-
-    A permutation of 0..m-1 always has mean (m-1)/2 and std sqrt((m^2-1)/12), so g is one
-    affine map. The inner product of two outputs is Spearman's rho (Appendix A.1, Eq. 9).
-    """
-    m = ranks.shape[-1]
-    if m < 2:
-        raise ValueError("rank vectors need at least two anchors")
-    mean = (m - 1) / 2
-    std = math.sqrt((m * m - 1) / 12)
-    return (ranks - mean) / (math.sqrt(m) * std)  # (..., m)
+    """g of Eq. 3 on raw ranks (..., m); see `normalisation`."""
+    scale, shift = normalisation(ranks.shape[-1])
+    return ranks * scale + shift  # (..., m)
 
 
 def rank_vectors(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
     """Normalised rank vectors z (Eq. 2 with g of Eq. 3) of inputs against an anchor matrix."""
-    return normalise_ranks(anchor_ranks(embeddings, anchors))  # (batch, m)
+    scale, shift = normalisation(anchors.shape[0])
+    return _ranks_affine(embeddings, anchors, scale, shift)  # (batch, m)
 
 
 def rank_vectors_chunked(

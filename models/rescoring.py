@@ -3,14 +3,20 @@
 Reference: Seonwoo et al., "Ranking-Enhanced Unsupervised Sentence Representation Learning"
 (ACL 2023), Eq. 7: sim = lambda_inf * z_q.z_d + (1 - lambda_inf) * cos(q, d), with z the
 normalised rank vectors of Eq. 2-3 against the anchor matrix.
+
+A candidate's z_q.z_d is exact (its rank vector computed now from its embedding) unless the
+caller passes StoredRanks: quantised rank codes (models/rank_codes.py) for some candidates,
+whose similarity is then one dot product each; the others are still computed exactly.
 """
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from models.ranking import blend, rank_vectors_chunked
+from models.rank_codes import RankCodec
+from models.ranking import blend, rank_vectors, rank_vectors_chunked
 
 
 @dataclass(frozen=True)
@@ -26,22 +32,89 @@ class SearchHits:
         return len(self.ids)
 
 
+@dataclass(frozen=True)
+class StoredRanks:
+    """Rank codes of the candidates that have them, copied out of a RankStore."""
+
+    found: np.ndarray  # (n,) bool: candidate j has a row
+    codes: np.ndarray  # (found.sum(), row_bytes) uint8, in candidate order
+    codec: RankCodec
+
+
 def eq7_scores(
     query: torch.Tensor,
     query_rank: torch.Tensor,
     documents: torch.Tensor,
     anchors: torch.Tensor,
     lambda_inf: float,
+    stored: StoredRanks | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eq. 7 of one query against documents; returns (score, cosine, rank), each (n,).
 
     `query` (dim,) and `documents` (n, dim) are unit vectors, `query_rank` (m,) is the query's
     normalised rank vector (Eq. 2-3) against `anchors` (m, dim); z_q.z_d is Spearman's rho
-    (Appendix A.1).
+    (Appendix A.1). With `stored`, the documents that have codes are scored from them.
     """
     cosine = documents @ query  # (n,)
-    rank = rank_vectors_chunked(documents, anchors) @ query_rank  # (n,)
+    if stored is None or not stored.found.any():
+        rank = rank_vectors_chunked(documents, anchors) @ query_rank  # (n,)
+    else:
+        found = torch.from_numpy(stored.found).to(documents.device)  # (n,)
+        rank = torch.empty_like(cosine)  # (n,)
+        rank[found] = stored.codec.similarity(stored.codes, query_rank).to(rank)
+        if not bool(found.all()):
+            missing = ~found
+            rank[missing] = rank_vectors_chunked(documents[missing], anchors) @ query_rank
     return blend(cosine, rank, lambda_inf), cosine, rank
+
+
+def query_vectors(query: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The query (dim,) on the anchors' device, and its normalised rank vector (m,)."""
+    query_t = query.to(device=anchors.device, dtype=torch.float32).reshape(-1)  # (dim,)
+    return query_t, rank_vectors(query_t[None], anchors)[0]
+
+
+def rescore(
+    query: torch.Tensor,
+    anchors: torch.Tensor,
+    ids: np.ndarray,
+    vectors: np.ndarray,
+    *,
+    lambda_inf: float,
+    top_k: int,
+    stored: StoredRanks | None = None,
+) -> SearchHits:
+    """The top_k of candidates `ids` (n,) with embeddings `vectors` (n, dim) by Eq. 7."""
+    if len(ids) == 0:
+        return empty_hits()
+    query_t, query_rank = query_vectors(query, anchors)
+    documents = torch.from_numpy(vectors).to(anchors.device)  # (n, dim)
+    score, cosine, rank = eq7_scores(query_t, query_rank, documents, anchors, lambda_inf, stored)
+    return top_hits(ids, score.cpu().numpy(), cosine.cpu().numpy(), rank.cpu().numpy(), top_k)
+
+
+def rescore_chunks(
+    query: torch.Tensor,
+    anchors: torch.Tensor,
+    chunks: Iterable[tuple[np.ndarray, np.ndarray]],
+    *,
+    lambda_inf: float,
+    top_k: int,
+) -> SearchHits:
+    """Exact Eq. 7 top_k over (ids (c,), vectors (c, dim)) chunks, holding one chunk at a time."""
+    query_t, query_rank = query_vectors(query, anchors)
+    kept = empty_hits()
+    for ids, vectors in chunks:
+        documents = torch.from_numpy(vectors).to(anchors.device)  # (c, dim)
+        score, cosine, rank = eq7_scores(query_t, query_rank, documents, anchors, lambda_inf)
+        kept = top_hits(
+            np.concatenate([kept.ids, ids]),
+            np.concatenate([kept.scores, score.cpu().numpy()]),
+            np.concatenate([kept.cosine, cosine.cpu().numpy()]),
+            np.concatenate([kept.rank, rank.cpu().numpy()]),
+            top_k,
+        )
+    return kept
 
 
 def top_hits(

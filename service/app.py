@@ -16,6 +16,7 @@ from importlib.metadata import version
 from fastapi import Depends, FastAPI
 
 from core.settings import Settings, get_settings
+from core.threads import apply_thread_policy
 from service.auth import require_api_key
 from service.background import background_task
 from service.batching import Batcher
@@ -35,6 +36,7 @@ from service.routes import (
     encode,
     health,
     metrics,
+    rerank,
     search,
     similarity,
 )
@@ -54,6 +56,7 @@ DATA_ROUTERS: tuple[RouterFactory, ...] = (
     encode.build_router,
     embeddings.build_router,
     similarity.build_router,
+    rerank.build_router,
     documents.build_router,
     search.build_router,
 )
@@ -149,4 +152,6 @@ def create_app(
 
 def app_from_environment() -> FastAPI:
     """uvicorn's factory (`--factory`): each worker process builds its app from RANKSERVE_*."""
-    return create_app(get_settings())
+    settings = get_settings()
+    apply_thread_policy(settings)  # before this process's first torch or numpy work
+    return create_app(settings)

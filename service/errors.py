@@ -228,15 +228,14 @@ def _domain_error(exc: Exception) -> ApiError:
 async def _store_error(request: Request, exc: Exception) -> JSONResponse:
     error = _domain_error(exc)
     cause = exc.__cause__ or exc
-    request_id = scope_request_id(request.scope)
+    # The record carries the request id (`%(request_id)s`, service/server.py's log format).
     logger.warning(
-        "request %s: %s %s: %s (%s)",
-        request_id,
+        "%s %s: %s (%s)",
         request.method,
         request.url.path,
         error.error_type,
         cause,
-        extra={"request_id": request_id},
+        extra={"request_id": scope_request_id(request.scope)},
     )
     return await _api_error(request, error)
 
@@ -276,10 +275,9 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     request_id = scope_request_id(request.scope)
-    # The id is in the message as well as on the record, so that it survives any log format.
+    # On the record explicitly, not only through the filter: any handler sees it.
     logger.exception(
-        "request %s: unhandled error on %s %s",
-        request_id,
+        "unhandled error on %s %s",
         request.method,
         request.url.path,
         exc_info=exc,

@@ -44,6 +44,11 @@ class Limits:
     def max_similarity_targets(self) -> int:
         return max(1, self.max_texts_per_request - 1)
 
+    @property
+    def max_rerank_texts(self) -> int:
+        """/rerank's `texts` or `documents`: the query is encoded beside them."""
+        return self.max_similarity_targets
+
 
 # A \uD800-\uDFFF escape; only a lone one survives json.loads as an unencodable str.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -89,18 +94,24 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return value
 
 
-def _deeper_than(value: Any, max_depth: int) -> bool:
-    """Whether arrays and objects nest more than `max_depth` levels (iterative: no recursion)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        container, depth = stack.pop()
-        children = container.values() if isinstance(container, dict) else container
-        for child in children:
-            if isinstance(child, dict | list):
-                if depth + 1 > max_depth:
-                    return True
-                stack.append((child, depth + 1))
-    return False
+# A JSON string (escapes included), and every byte but the four brackets.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKETS = bytes(byte for byte in range(256) if byte not in b"[]{}")
+_INNERMOST = re.compile(rb"\[\]|\{\}")
+
+
+def _deeper_than(body: bytes, max_depth: int) -> bool:
+    """Whether arrays and objects in `body`, valid JSON, nest more than `max_depth` levels.
+
+    On the bytes, at C speed (a walk over the parsed value costs as much as the parse): strip
+    the strings and all but the brackets, then remove the innermost pairs, one level a pass.
+    """
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    for _ in range(max_depth):
+        if not brackets:
+            return False
+        brackets = _INNERMOST.sub(b"", brackets)
+    return bool(brackets)
 
 
 def depth_message(max_depth: int) -> str:
@@ -126,9 +137,9 @@ def parse_strict_json(body: bytes, max_depth: int) -> Any:
     except RecursionError:
         # Python's parser recurses per level: far past the limit, it fails before our check.
         raise json.JSONDecodeError(depth_message(max_depth), text, 0) from None
-    # Fewer brackets than levels allowed cannot nest too deep: most bodies skip the walk.
+    # Fewer brackets than levels allowed cannot nest too deep: most bodies skip the check.
     containers = body.count(b"[") + body.count(b"{")
-    if containers > max_depth and isinstance(value, dict | list) and _deeper_than(value, max_depth):
+    if containers > max_depth and _deeper_than(body, max_depth):
         raise json.JSONDecodeError(depth_message(max_depth), text, 0)
     if _SURROGATE_ESCAPE.search(body) and _find_lone_surrogate(value):
         raise json.JSONDecodeError("unpaired UTF-16 surrogate escape in a string", text, 0)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic_core import PydanticCustomError
 
 from service.limits import Limits
 
@@ -38,6 +39,33 @@ LambdaField = Annotated[
 
 def _input_shape(value: Any) -> str:
     return "one-text" if isinstance(value, str) else "text-list"
+
+
+TOKEN_IDS_MESSAGE = (
+    "token ids are not accepted, only strings: this model's tokenizer is not OpenAI's, so "
+    "the ids would stand for other words here. LangChain's OpenAIEmbeddings sends ids unless "
+    "it is built with check_embedding_ctx_length=False"
+)
+
+
+def _is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _refuse_token_ids(value: Any) -> Any:
+    """OpenAI's `input` may be token ids (a list of ints, or of int lists), which LangChain
+    sends by default: named as such, so the caller learns the setting to flip instead of
+    reading "Input should be a valid string" once per id. Not in the schema: never valid."""
+    if (
+        isinstance(value, list)
+        and value
+        and (
+            all(_is_token_id(item) for item in value)
+            or all(isinstance(item, list) and all(map(_is_token_id, item)) for item in value)
+        )
+    ):
+        raise PydanticCustomError("token_ids", TOKEN_IDS_MESSAGE)
+    return value
 
 
 def _similarity_form(value: Any) -> str:
@@ -92,8 +120,11 @@ def request_models(limits: Limits) -> RequestModels:
 
         # Validated as the shape the caller sent, so errors are not doubled by the other branch.
         input: Annotated[
-            Annotated[text_type, Tag("one-text")] | Annotated[texts_type, Tag("text-list")],
-            Discriminator(_input_shape),
+            Annotated[
+                Annotated[text_type, Tag("one-text")] | Annotated[texts_type, Tag("text-list")],
+                Discriminator(_input_shape),
+            ],
+            BeforeValidator(_refuse_token_ids),
         ]
         model: Annotated[str | None, Field(max_length=256)] = None
         encoding_format: Literal["float", "base64"] = "float"
@@ -172,6 +203,7 @@ class LimitsInfo(BaseModel):
     max_tokens_per_text: int = Field(description="Tokens past this are truncated")
     max_similarity_pairs: int
     max_similarity_targets: int
+    max_rerank_texts: int = Field(description="texts or documents per /rerank request")
     queue_capacity_texts: int
     max_batch_size: int
     max_batch_tokens: int

@@ -21,6 +21,7 @@ timeout after the app has started its response just closes the connection.
 """
 
 import asyncio
+import contextlib
 import copy
 import logging
 import sys
@@ -79,7 +80,7 @@ class ServerLimits:
 
 
 class _TooManyHeadersError(Exception):
-    """Raised from the parser's header callback to stop parsing; httptools wraps it."""
+    """Raised from the headers-complete callback to stop parsing; httptools wraps it."""
 
 
 class HardenedHttpProtocol(HttpToolsProtocol):
@@ -130,14 +131,10 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         if self._refused:
             return  # lingering after a refusal: drop what is still arriving
         self._unset_keepalive_if_required()
-        if self._in_head:
-            if self._head_timer is None:
-                self._head_timer = self.loop.call_later(
-                    self.limits.header_timeout_s, self._head_timed_out
-                )
-            if not self._count_head(data):
-                return
-        self._tail = (self._tail + data)[-(len(_HEAD_END) - 1) :]
+        if self._in_head and not self._count_head(data):
+            return
+        keep = len(_HEAD_END) - 1
+        self._tail = data[-keep:] if len(data) >= keep else (self._tail + data)[-keep:]
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -145,6 +142,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
+            return
         except httptools.HttpParserError as error:
             if self._too_many_headers:
                 self._refuse(
@@ -155,6 +153,8 @@ class HardenedHttpProtocol(HttpToolsProtocol):
                 )
             else:
                 self._refuse_malformed(error)
+            return
+        self._arm_phase_timer()
 
     def handle_websocket_upgrade(self) -> None:
         # The connection passes to another protocol: this one's timers must not close it.
@@ -163,28 +163,44 @@ class HardenedHttpProtocol(HttpToolsProtocol):
 
     # Parser callbacks
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        super().on_header(name, value)
+    def on_headers_complete(self) -> None:
+        # Counted here, not per header: the byte limit already bounds what llhttp buffered.
         if len(self.headers) > self.limits.max_headers:
             self._too_many_headers = True
-            raise _TooManyHeadersError
-
-    def on_headers_complete(self) -> None:
-        # First: when it raises (a URL it cannot parse), the request is still in its head.
+            raise _TooManyHeadersError  # before the app sees the request
+        # Then: when it raises (a URL it cannot parse), the request is still in its head.
         super().on_headers_complete()
         self._in_head = False
         self._head_bytes = 0
         self._request_line_done = False
         self._cancel(self._head_timer)
         self._head_timer = None
-        # Cancelled by on_message_complete, in this same read when there is no body.
-        self._body_timer = self.loop.call_later(self.limits.body_timeout_s, self._body_timed_out)
 
     def on_message_complete(self) -> None:
         self._in_head = True
         self._cancel(self._body_timer)
         self._body_timer = None
         super().on_message_complete()
+
+    def _arm_phase_timer(self) -> None:
+        """After a read, the timer of the phase the connection is now in, unless it runs.
+
+        Armed after the read rather than on each callback, so that a request that arrives
+        whole in one read (most do) arms nothing.
+        """
+        if self.transport.is_closing():
+            return
+        if not self._in_head:
+            if self._body_timer is None:
+                self._body_timer = self.loop.call_later(
+                    self.limits.body_timeout_s, self._body_timed_out
+                )
+        elif self._head_timer is None and self._head_bytes:
+            # Part of a head is in (line ends before a request included: a client trickling
+            # those must not hold the connection either): the header clock runs.
+            self._head_timer = self.loop.call_later(
+                self.limits.header_timeout_s, self._head_timed_out
+            )
 
     # Limits
 
@@ -193,9 +209,13 @@ class HardenedHttpProtocol(HttpToolsProtocol):
 
         Counted before llhttp sees them: it would buffer a header of any length first.
         """
-        window = self._tail + data
-        end = window.find(_HEAD_END)
-        head = data if end < 0 else data[: end + len(_HEAD_END) - len(self._tail)]
+        # First an end that straddles this read and the last one (it starts in the tail).
+        end = (self._tail + data[: len(_HEAD_END) - 1]).find(_HEAD_END)
+        if end >= 0:
+            head = data[: end + len(_HEAD_END) - len(self._tail)]
+        else:
+            end = data.find(_HEAD_END)
+            head = data if end < 0 else data[: end + len(_HEAD_END)]
         self._head_bytes += len(head)
         if self._head_bytes <= self.limits.max_header_bytes:
             self._request_line_done = self._request_line_done or b"\n" in head
@@ -223,7 +243,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
             seconds = self.limits.header_timeout_s
             self._refuse(
                 RequestTimeoutError,
-                f"the request headers did not arrive within {seconds:g} seconds",
+                f"the request headers did not arrive within {seconds:g} s",
                 f"head incomplete after {seconds:g} s ({self._head_bytes} bytes)",
                 linger=False,
             )
@@ -242,7 +262,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         seconds = self.limits.body_timeout_s
         self._refuse(
             RequestTimeoutError,
-            f"the request body did not arrive within {seconds:g} seconds",
+            f"the request body did not arrive within {seconds:g} s",
             f"body incomplete after {seconds:g} s",
             linger=False,
         )
@@ -266,7 +286,7 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         self._refused = True
         self._cancel_phase_timers()
         request_id = new_request_id()
-        client = "%s:%d" % self.client if self.client else "unknown client"
+        client = f"{self.client[0]}:{self.client[1]}" if self.client else "unknown client"
         logger.info(
             "refused a request from %s with %d: %s",
             client,
@@ -390,9 +410,7 @@ def run_server(config: ServerConfig) -> None:
         Multiprocess(config, sockets=[config.bind_socket()]).run()
         return
     server = uvicorn.Server(config)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C is a normal stop
         server.run()
-    except KeyboardInterrupt:
-        pass
     if not server.started:
         sys.exit(_STARTUP_FAILURE)

@@ -33,11 +33,14 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 
+from core.bundle_manifest import BundleStoreUnavailableError
 from core.jobs import retrain_queue
 from core.loading import settings_bundle
+from core.redis_clients import async_redis, sync_redis
 from core.redis_keys import RedisKeys
 from core.registry import BundleStore, LoadedBundle
 from core.settings import Settings
+from core.stores import open_store
 from core.versions import active_version, last_loaded
 from service.background import background_task
 from service.dependencies import Services
@@ -64,7 +67,7 @@ class NoLoadableVersionError(RuntimeError):
 
 def _versions_at_start(settings: Settings) -> tuple[str | None, str | None]:
     """(active version, last version a replica served); both None when Redis is down."""
-    client = Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=5)
+    client = sync_redis(settings, socket_connect_timeout=5, socket_timeout=5)
     keys = RedisKeys(settings.redis_prefix)
     try:
         return active_version(client, keys), last_loaded(client, keys)
@@ -92,13 +95,17 @@ def load_active_engine(settings: Settings) -> Engine:
     active, last = _versions_at_start(settings)
     if active is None:
         return load_engine(settings)
-    store = BundleStore(settings.bundle_store)
+    store = open_store(settings)
     for version in dict.fromkeys(v for v in (active, last) if v is not None):
         try:
             return engine_from_bundle(settings_bundle(settings, store, version))
         except Exception as error:
             logger.error("version %s does not load at start: %s", version, error)
-        if not store.exists(version):
+        try:
+            missing = not store.exists(version)
+        except BundleStoreUnavailableError:
+            missing = False  # object storage down says nothing about whether it exists
+        if missing:
             engine = load_engine(settings)
             if engine.version == version:
                 return engine
@@ -197,6 +204,10 @@ class SwapManager:
             loaded = await asyncio.to_thread(settings_bundle, self.settings, self.store, version)
             engine = engine_from_bundle(loaded)
             await self.services.switch.swap(engine, loaded.corpus)
+        except BundleStoreUnavailableError as error:
+            # Object storage down is no fault of the bundle: try again next round, unrefused.
+            logger.warning("hot swap to %s postponed: %s", version, error)
+            return
         except Exception as error:
             await self._refuse(version, error)
             return
@@ -254,11 +265,9 @@ async def swap_component(app: FastAPI, services: Services) -> AsyncIterator[None
     """The swap manager's task and the admin API's connections (service/app.py COMPONENTS)."""
     settings = services.settings
     # No socket timeout: a pub/sub read legitimately waits a whole reconcile interval.
-    client = aioredis.Redis.from_url(
-        settings.redis_url, decode_responses=True, socket_connect_timeout=5
-    )
-    sync = Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
-    store = BundleStore(settings.bundle_store)
+    client = async_redis(settings, decode_responses=True, socket_connect_timeout=5)
+    sync = sync_redis(settings, socket_connect_timeout=5, socket_timeout=30)
+    store = open_store(settings)
     manager = SwapManager(services, client, store)
     app.state.operations = Operations(settings, manager.keys, sync, store, manager)
     try:

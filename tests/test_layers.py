@@ -1,5 +1,7 @@
 """The package layers, checked on the source: every import points down or sideways-allowed.
 
+    rankserve_client/    the Python client: imports no other layer, and only httpx and the
+                         standard library (it talks to the service over HTTP alone)
     cli/, bench/         top: may import everything below (not each other)
     service/  worker/    beside each other, never importing each other
     core/                settings, Redis keys, store, registry, jobs, loaders
@@ -11,6 +13,7 @@ Nothing under the layers may import tests/.
 """
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +29,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "worker": frozenset({"models", "core", "worker"}),
     "cli": frozenset({"models", "core", "service", "worker", "cli"}),
     "bench": frozenset({"models", "core", "service", "worker", "bench"}),
+    # Beside everything, not above it: no layer imports it, and it imports none of them.
+    "rankserve_client": frozenset({"rankserve_client"}),
 }
+# What the client may import besides the standard library.
+CLIENT_DEPENDENCIES = frozenset({"httpx"})
 PROJECT_PACKAGES = frozenset(ALLOWED) | {"tests"}
 DYNAMIC_IMPORTERS = frozenset({"import_module", "__import__"})
 
@@ -100,6 +107,19 @@ def test_no_layer_imports_a_layer_above_or_beside_it():
     assert not violations, "layering broken:\n" + "\n".join(violations)
 
 
+def test_the_client_needs_only_httpx_and_the_standard_library():
+    folder = REPO_ROOT / "rankserve_client"
+    outside = {
+        f"{path.relative_to(REPO_ROOT).as_posix()}:{line}: {name}"
+        for path in sorted(folder.rglob("*.py"))
+        for line, name in imports_of(REPO_ROOT, path)
+        if (top := name.split(".")[0]) not in sys.stdlib_module_names
+        and top not in CLIENT_DEPENDENCIES
+        and top != "rankserve_client"
+    }
+    assert not outside, "the client imports more than httpx:\n" + "\n".join(sorted(outside))
+
+
 def _write(root: Path, relative: str, source: str) -> None:
     path = root / relative
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,13 +143,17 @@ def test_the_checker_flags_every_kind_of_forbidden_import(tmp_path: Path):
     _write(tmp_path, "worker/run.py", "from service.swap import load_bundle\n")
     _write(tmp_path, "service/app.py", "if TYPE_CHECKING:\n    import worker.runner\n")
     _write(tmp_path, "cli/main.py", "import service.app, worker.runner, models\n")
+    _write(tmp_path, "rankserve_client/sync.py", "import httpx\nfrom service import schemas\n")
+    _write(tmp_path, "service/client_use.py", "import rankserve_client\n")
     assert layer_violations(tmp_path) == [
         "models/x.py:3: models imports service.app",
         "models/x.py:5: models imports cli.main",
         "models/x.py:6: models imports core.settings",
         "models/x.py:7: models imports tests.conftest",
         "service/app.py:2: service imports worker.runner",
+        "service/client_use.py:1: service imports rankserve_client",
         "worker/run.py:1: worker imports service.swap",
+        "rankserve_client/sync.py:2: rankserve_client imports service",
     ]
 
 

@@ -21,16 +21,17 @@ operator can roll back to where the service started.
 
 import asyncio
 import shutil
+import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import redis.asyncio as aioredis
 from redis import Redis
 from rq import get_current_job
 
+from core.backend_choice import build_variants, encoder_for
 from core.bundle_manifest import ENCODER_DIR
 from core.documents import AnchorRecord, DocumentStore, StoredDocument
 from core.embedding_cache import EmbeddingCache
@@ -42,11 +43,14 @@ from core.loading import (
     settings_dev_setup,
     settings_encoder,
 )
+from core.redis_clients import async_redis, sync_redis
 from core.redis_keys import RedisKeys
 from core.registry import BundleStore, CorpusSnapshot
 from core.settings import Settings, get_settings
+from core.stores import open_store
 from core.versions import activate, active_version
 from models.anchors import AnchorSet, build_anchor_set
+from models.backends import Backend
 from models.checksums import sha256_directory
 from models.encoder import Encoder, default_model_path
 from models.training.dev_eval import dev_predictions
@@ -71,7 +75,7 @@ def serving_anchors(settings: Settings, encoder: Encoder, texts: list[str] | Non
 async def _read_documents(
     settings: Settings, keys: RedisKeys
 ) -> tuple[int, list[StoredDocument], AnchorRecord | None]:
-    client = aioredis.Redis.from_url(settings.redis_url, decode_responses=True)
+    client = async_redis(settings, decode_responses=True)
     try:
         store = DocumentStore(client, keys)
         # The revision before the scan: every change after it is replayed by the loader, so
@@ -127,9 +131,11 @@ def _base_bundle(
     store: BundleStore, settings: Settings, version: str, metrics: dict[str, Any]
 ) -> None:
     """The settings checkpoint as a bundle, so that rolling back to it is one activation."""
-    encoder = settings_encoder(settings)
-    anchors = serving_anchors(settings, encoder, None)
-    store.write(version, encoder=encoder, anchors=anchors, metrics=metrics)
+    with tempfile.TemporaryDirectory(prefix="rankserve-variants-") as tmp:
+        variants = build_variants(settings, None, Path(tmp) / "variants")
+        encoder = settings_encoder(settings, None, variants)
+        anchors = serving_anchors(settings, encoder, None)
+        store.write(version, encoder=encoder, anchors=anchors, metrics=metrics, variants=variants)
 
 
 def _train_resuming(out_dir: Path, run: Callable[[], TrainResult]) -> TrainResult:
@@ -162,7 +168,7 @@ def run_retrain(
     job_id = job.id if job is not None else datetime.now(UTC).strftime("%H%M%S%f")
     progress = ProgressReporter(job)
     progress.phase("preparing")
-    client = Redis.from_url(settings.redis_url, decode_responses=True)
+    client = sync_redis(settings, decode_responses=True)
     try:
         request = RetrainRequest(
             method, params, force, teachers, recipe, text=text, documents_share=documents_share
@@ -184,7 +190,7 @@ def _retrain(
     if config.device is None and settings.device is not None:
         config = config.model_copy(update={"device": settings.device})
     keys = RedisKeys(settings.redis_prefix)
-    store = BundleStore(settings.bundle_store)
+    store = open_store(settings)
 
     base_path = settings.model_path or default_model_path()
     base = base_version(sha256_directory(base_path))
@@ -197,14 +203,17 @@ def _retrain(
     elif parent == base:
         parent_path = base_path
     else:
-        raise FileNotFoundError(f"the active version {parent!r} has no bundle in {store.bundles}")
+        raise FileNotFoundError(f"the active version {parent!r} has no bundle in {store.location}")
 
     dev = settings_dev_setup(settings, config.eval_anchor_count)
-    out_dir = store.job_dir(job_id)
+    checkpoints = store.job_checkpoints(job_id)
+    # The newest resume checkpoint of an earlier attempt, from wherever the store keeps it.
+    out_dir = checkpoints.restore()
     text_dir = out_dir.with_name(f"{out_dir.name}-text")
     text = _training_text(settings, keys, request, method_spec(parsed).supervised, text_dir)
 
     def on_step(done: int, total: int, loss: float) -> None:
+        checkpoints.save()  # uploads a resume checkpoint the trainer has just replaced
         progress.step(done, total, loss)
         if done == total:
             progress.phase("evaluating")
@@ -231,7 +240,10 @@ def _retrain(
     progress.phase("bundling")
     if parent == base and not store.exists(base):
         _base_bundle(store, settings, base, {"dev": dev_metrics["base"], "dev_setup": setup})
-    student = settings_encoder(settings, out_dir)
+    # Exported beside the run, not in it: the checkpoint's checksum covers its every file.
+    variants_dir = out_dir.with_name(f"{out_dir.name}-variants")
+    variants = build_variants(settings, out_dir, variants_dir)
+    student = settings_encoder(settings, out_dir, variants)
     student.name = student_name(store, parent, parsed)
     revision, documents, record = asyncio.run(_read_documents(settings, keys))
     anchors = serving_anchors(settings, student, record.texts if record else None)
@@ -246,7 +258,9 @@ def _retrain(
     report = write_report(settings, version, student, anchors, out_dir / "report")
 
     progress.phase("promoting")
-    candidate = dev_predictions(student, dev)
+    # The gate judges weights, so both sides run torch fp32: under `auto`, student and active
+    # version may run different backends, whose dev scores differ by up to the parity bound.
+    candidate = dev_predictions(encoder_for(settings, out_dir, None, Backend.TORCH), dev)
 
     def decide(active: str | None) -> dict[str, Any]:
         version = active or base
@@ -255,10 +269,12 @@ def _retrain(
         elif version == base:
             path = base_path
         else:
-            path = store.path_for(version) / ENCODER_DIR if store.exists(version) else None
+            path = store.fetch(version) / ENCODER_DIR if store.exists(version) else None
         return gate(
             candidate,
-            dev_predictions(settings_encoder(settings, path), dev) if path else None,
+            dev_predictions(encoder_for(settings, path, None, Backend.TORCH), dev)
+            if path
+            else None,
             active_version=version,
             margin=settings.gate_margin,
             confidence=settings.gate_confidence,
@@ -276,6 +292,7 @@ def _retrain(
         method=parsed.value,
         parent=parent,
         report=report,
+        variants=variants,
         metrics={
             "dev": dev_metrics["student"],
             "parent_dev": dev_metrics["base"],
@@ -305,7 +322,8 @@ def _retrain(
         # The manifest keeps the first decision; the job's result has the final one.
         raw_active = active_version(client, keys)
         decision = decide(raw_active)
-    shutil.rmtree(out_dir, ignore_errors=True)
+    checkpoints.discard()
     shutil.rmtree(text_dir, ignore_errors=True)
+    shutil.rmtree(variants_dir, ignore_errors=True)
     progress.phase("done", version=version, promoted=promoted)
     return {"version": version, "promoted": promoted, "gate": decision, "dev": dev_metrics}

@@ -29,10 +29,13 @@ from rq.job import Job
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
+from core.bundle_manifest import BundleStoreUnavailableError
 from core.jobs import retrain_queue
+from core.redis_clients import sync_redis
 from core.redis_keys import RedisKeys
-from core.registry import BundleStore
 from core.settings import Settings
+from core.stores import open_store
+from core.threads import apply_thread_policy
 
 logger = logging.getLogger(__name__)
 
@@ -99,9 +102,15 @@ def build_worker(settings: Settings, connection: Redis, name: str | None = None)
 
 def run_worker(settings: Settings, *, burst: bool = False, name: str | None = None) -> bool:
     """Work until SIGTERM/SIGINT (or, with `burst`, until the queue is empty)."""
-    removed = BundleStore(settings.bundle_store).remove_stale_temporaries()
+    apply_thread_policy(settings)  # inherited by every forked work horse
+    try:
+        removed = open_store(settings).remove_stale_temporaries()
+    except BundleStoreUnavailableError as error:
+        # Leftovers are harmless until the next start; jobs are what the worker is for.
+        logger.warning("could not look for half-written bundles: %s", error)
+        removed = []
     for path in removed:
         logger.warning("removed a half-written bundle left by a crashed writer: %s", path)
-    connection = Redis.from_url(settings.redis_url)
+    connection = sync_redis(settings)
     worker = build_worker(settings, connection, name)
     return worker.work(burst=burst, logging_level="INFO")

@@ -47,14 +47,15 @@ def dev_predictions(
 ) -> list[DevPredictions]:
     """Every dev pair's cosine and Eq. 7 score by `encoder`, per task.
 
-    Cached on disk by encoder checksum, dev pairs and scoring setup: every job that compares
-    against one model reads the same predictions without re-encoding them.
+    Cached on disk by encoder cache key (checksum and backend), dev pairs and scoring setup:
+    every job that compares against one model reads the same predictions without re-encoding
+    them.
     """
     tasks = [task for task in load_sts_tasks(setup.data_dir) if task.name in DEV_TASKS]
     if not tasks:
         raise FileNotFoundError(f"{setup.data_dir.name}: neither STS-B dev nor SICK trial present")
     key = {
-        "encoder": encoder.checksum,
+        "encoder": encoder.cache_key,
         "pairs": sha256_texts(a + "\t" + b for task in tasks for a, b in task.pairs),
         "gold": sha256_texts(str(g) for task in tasks for g in task.gold.tolist()),
         "corpus": sha256_file(setup.anchor_corpus),

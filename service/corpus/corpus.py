@@ -1,15 +1,16 @@
 """The searchable corpus as routes see it: writes that wait until this replica indexed them,
 and Eq. 7 search whose hits are read back from the store (the source of truth)."""
 
+import asyncio
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import torch
 
 from core.documents import DocumentStore, NewDocument, StoredDocument
-from models.index import Scalar, metadata_terms
+from models.metadata_terms import Scalar, metadata_terms
 from models.rescoring import SearchHits
-from service.batching import Batcher
 from service.corpus.embedder import DocumentEmbedder
 from service.corpus.follower import IndexFollower
 from service.corpus.index_state import IndexState
@@ -30,12 +31,12 @@ class Corpus:
         store: DocumentStore,
         embedder: DocumentEmbedder,
         follower: IndexFollower,
-        batcher: Batcher,
+        rescoring: Executor,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.follower = follower
-        self.batcher = batcher
+        self.rescoring = rescoring  # runs the faiss search and the Eq. 7 rescoring
 
     @property
     def applied_revision(self) -> int:
@@ -79,16 +80,23 @@ class Corpus:
         Reading the documents back from Redis drops any that were deleted, or whose metadata
         no longer passes the filter, after this replica last applied the change log.
         """
-        hits: SearchHits = await self.batcher.run(
-            lambda: state.index.search(
+
+        def search() -> SearchHits:
+            # The anchors' key (a digest of the matrix, once per anchor set) only when a rank
+            # store could use it, and on this thread rather than the event loop.
+            with_store = state.index.rank_store is not None
+            return state.index.search(
                 query,
                 engine.anchors.embeddings,
                 top_k=top_k,
                 candidates=candidates,
                 lambda_inf=lambda_inf,
                 where=where,
+                anchors_key=engine.anchors.key if with_store else None,
             )
-        )
+
+        # Threads of its own: a search never queues behind encoder batches (issue 13).
+        hits = await asyncio.get_running_loop().run_in_executor(self.rescoring, search)
         numbers = hits.ids.tolist()
         ids = [state.ids.get(number) for number in numbers]
         known = [k for k, doc_id in enumerate(ids) if doc_id is not None]

@@ -6,7 +6,10 @@ the on-disk cache when possible), build the index. Then follow the change log in
 document's current state: applying an old entry late can only install a state that a later
 entry also installs, so the index converges on Redis and a deleted document never returns.
 It also notices a new encoder (the index is rebuilt for it), a store that lost its data
-(rebuilt), and, through AnchorSync, a new document-anchor sample.
+(rebuilt), a change log that no longer continues from its position (trimmed while it was away,
+or rewritten by a failover that lost writes: rebuilt), and, through AnchorSync, a new
+document-anchor sample. `retained_revision` is what it still needs of the log, which
+service/corpus/changelog.py reports so that the log is never trimmed under it.
 """
 
 import asyncio
@@ -15,7 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 
-from core.documents import Change, DocumentStore, StoreUnavailableError
+from core.documents import Change, ChangeLogGapError, DocumentStore, StoreUnavailableError
 from core.registry import CorpusSnapshot
 from core.settings import Settings
 from models.index import IndexConfig
@@ -24,6 +27,7 @@ from service.corpus.anchor_sync import AnchorSync
 from service.corpus.demo import seed_demo
 from service.corpus.embedder import DocumentEmbedder
 from service.corpus.index_state import IndexState, build_index
+from service.corpus.rank_sync import RankStoreSync
 from service.engine import Engine, EngineHolder
 from service.errors import NotReadyError
 
@@ -33,6 +37,7 @@ _FOLLOW_BLOCK_MS = 1000  # XREAD BLOCK: wakes at once on a new entry, else polls
 _FOLLOW_COUNT = 512  # change-log entries applied together
 _RETRY_S = (0.5, 1.0, 2.0, 5.0)
 _PREVIOUS_INDEX_GRACE_S = 60.0
+_STAGE_ATTEMPTS = 3  # a hot swap's index is built again when the log broke during its build
 
 
 class IndexFollower:
@@ -49,6 +54,7 @@ class IndexFollower:
         self.holder = holder
         self.embedder = embedder
         self.anchors = anchors
+        self.ranks = RankStoreSync(settings)  # RANKSERVE_PRECOMPUTED_RANKS
         self.config = IndexConfig(
             kind=settings.search_index,
             nlist=settings.ivf_nlist,
@@ -60,6 +66,12 @@ class IndexFollower:
         self._previous: IndexState | None = None
         self._swap_lock = asyncio.Lock()
         self.applied_revision = 0
+        # The change applied at applied_revision, checked against the log on every read; None
+        # right after a full build, which reads documents, not the log.
+        self._last_change: Change | None = None
+        # While a hot swap builds an index beside the live one: the log position it started
+        # from, older than applied_revision once the follower moves on.
+        self._stage_floor: int | None = None
         self._applied = asyncio.Condition()
         self._loading: str | None = "waiting for the model"  # None once the first load is done
         self._last_error: str | None = None
@@ -70,6 +82,12 @@ class IndexFollower:
             return None
         error = f" ({self._last_error})" if self._last_error else ""
         return f"document index: {self._loading}{error}"
+
+    @property
+    def retained_revision(self) -> int:
+        """The oldest revision after which this replica may still read the change log."""
+        floor = self._stage_floor
+        return self.applied_revision if floor is None else min(floor, self.applied_revision)
 
     def ready_state(self, engine: Engine) -> IndexState:
         """The index for this engine's encoder, or NotReadyError."""
@@ -125,21 +143,38 @@ class IndexFollower:
         if snapshot is not None:
             known = dict(zip(snapshot.ids, snapshot.embeddings, strict=True))
             known_revision = snapshot.revision
-        state, revision = await build_index(
-            self.store,
-            self.embedder,
-            engine,
-            self.config,
-            known=known,
-            known_revision=known_revision,
-        )
-        async with self._swap_lock:
-            while changes := await self.store.changes_after(revision, count=_FOLLOW_COUNT):
-                await self._apply_changes(engine, state, changes)
-                revision = changes[-1].revision
-            previous, self._previous, self.state = self.state, self.state, state
-            install()
-            await self._set_applied(max(revision, self.applied_revision))
+        self._stage_floor = self.applied_revision  # below the build's start: the log stays
+        try:
+            for attempt in range(1, _STAGE_ATTEMPTS + 1):
+                state, revision = await build_index(
+                    self.store,
+                    self.embedder,
+                    engine,
+                    self.config,
+                    known=known,
+                    known_revision=known_revision,
+                )
+                async with self._swap_lock:
+                    last: Change | None = None
+                    try:
+                        while changes := await self.store.changes_after(
+                            revision, count=_FOLLOW_COUNT
+                        ):
+                            await self._apply_changes(engine, state, changes)
+                            revision, last = changes[-1].revision, changes[-1]
+                    except ChangeLogGapError as error:
+                        if attempt == _STAGE_ATTEMPTS:
+                            raise
+                        logger.warning("document index: %s; building it again", error)
+                        continue
+                    previous, self._previous, self.state = self.state, self.state, state
+                    install()
+                    if revision > self.applied_revision:
+                        self._last_change = last
+                    await self._set_applied(max(revision, self.applied_revision))
+                break
+        finally:
+            self._stage_floor = None
         # Long enough for any request that took the old engine to reach its index.
         asyncio.get_running_loop().call_later(
             _PREVIOUS_INDEX_GRACE_S, self._forget_previous, previous
@@ -193,6 +228,7 @@ class IndexFollower:
             self.store, self.embedder, engine, self.config, on_progress=self._progress
         )
         self._previous = None
+        self._last_change = None
         await self._set_applied(revision)
         logger.info(
             "document index: %d documents at revision %d (%s)",
@@ -208,16 +244,27 @@ class IndexFollower:
         if state.encoder_checksum != engine.encoder.checksum:
             await self._rebuild(engine)
             return
-        changes = await self.store.changes_after(
-            self.applied_revision, count=_FOLLOW_COUNT, block_ms=_FOLLOW_BLOCK_MS
-        )
+        try:
+            changes = await self.store.changes_after(
+                self.applied_revision,
+                last=self._last_change,
+                count=_FOLLOW_COUNT,
+                block_ms=_FOLLOW_BLOCK_MS,
+            )
+        except ChangeLogGapError as error:
+            logger.warning("document index: %s; rebuilding from every document", error)
+            await self._rebuild(engine)
+            return
         if changes:
             await self._apply_changes(engine, state, changes)
+            self._last_change = changes[-1]
             await self._set_applied(changes[-1].revision)
         elif await self.store.revision() < self.applied_revision:
             logger.warning("the store's revision went back (data lost or flushed): rebuilding")
             await self._rebuild(engine)
         await self.anchors.sync(force_check=False)
+        # After the sync, which may have given the engine new anchors: their store follows.
+        await self.ranks.ensure(self.holder.current, self.state)
 
     async def _apply_changes(
         self, engine: Engine, state: IndexState, changes: list[Change]

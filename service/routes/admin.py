@@ -20,6 +20,7 @@ from core.bundle_manifest import (
     VERSION_PATTERN,
     BundleError,
     BundleNotFoundError,
+    BundleStoreUnavailableError,
     InvalidVersionError,
     ReportNotFoundError,
 )
@@ -242,6 +243,9 @@ def build_router(settings: Settings) -> APIRouter:
             settings_bundle(ops.settings, ops.store, version)
         except BundleNotFoundError:
             raise NotFoundError(f"no bundle named {version!r}") from None
+        except BundleStoreUnavailableError as error:
+            logger.warning("activation of %s: the bundle store did not answer: %s", version, error)
+            raise StoreDownError("the bundle store is unavailable; retry later") from None
         except BundleError as error:
             logger.warning("activation of %s refused: %s", version, error)
             raise ConflictError(f"bundle {version!r} does not load; it stays inactive") from None

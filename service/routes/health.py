@@ -42,6 +42,7 @@ def build_router(settings: Settings) -> APIRouter:
                 max_tokens_per_text=engine.max_tokens,
                 max_similarity_pairs=limits.max_similarity_pairs,
                 max_similarity_targets=limits.max_similarity_targets,
+                max_rerank_texts=limits.max_rerank_texts,
                 queue_capacity_texts=current.queue_capacity,
                 max_batch_size=current.encode_batch_size,
                 max_batch_tokens=current.max_batch_tokens,

@@ -10,7 +10,8 @@ import torch
 from core.settings import DATA_DIR
 from models.anchors import AnchorSet
 from models.encoder import Encoder
-from models.index import IndexConfig, SearchIndex, metadata_terms
+from models.index import IndexConfig, SearchIndex
+from models.metadata_terms import metadata_terms
 from models.ranking import blend, rank_vectors
 from models.rescoring import SearchHits
 

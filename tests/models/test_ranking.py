@@ -1,11 +1,14 @@
 import numpy as np
 import pytest
 import torch
-from scipy.stats import spearmanr
+from scipy.stats import rankdata, spearmanr
 
+from models import ordinal_ranks as ordinal_ranks_module
+from models.ordinal_ranks import numpy_ranks, ordinal_ranks
 from models.ranking import (
     anchor_ranks,
     blend,
+    normalisation,
     normalise_ranks,
     paired_similarity,
     rank_vectors,
@@ -87,3 +90,67 @@ def test_chunked_equals_unchunked(data) -> None:
         rank_vectors_chunked(inputs, anchors, chunk=5), rank_vectors(inputs, anchors)
     )
     assert rank_vectors_chunked(inputs[:0], anchors).shape == (0, len(anchors))
+
+
+def _cosine_rows(seed: int, rows: int, m: int, dim: int = 32) -> np.ndarray:
+    generator = torch.Generator().manual_seed(seed)
+    return (unit_rows(generator, rows, dim) @ unit_rows(generator, m, dim).T).numpy()
+
+
+@pytest.mark.parametrize(("rows", "m"), [(1, 2), (7, 300), (3, 5000)])
+def test_exact_ranks_equal_scipy_ordinal_ranks(rows: int, m: int) -> None:
+    cosines = _cosine_rows(rows * m, rows, m)
+    expected = rankdata(cosines, axis=1, method="ordinal") - 1  # (rows, m), 0-based
+    assert np.array_equal(ordinal_ranks(cosines), expected)
+    # The fallback without numba is an unstable argsort: the same ranks on tie-free rows.
+    tie_free = np.array([len(np.unique(row)) == m for row in cosines])
+    assert np.array_equal(numpy_ranks(cosines)[tie_free], expected[tie_free])
+
+
+def test_radix_ranks_keep_ties_in_column_order_like_scipy() -> None:
+    values = np.array(
+        [[0.5, -0.0, 0.25, 0.0, 0.5, -0.5, -0.0], [-1.0, -1.0, 1.0, 3e-39, -3e-39, 0.0, 1.0]],
+        dtype=np.float32,
+    )  # ties, both zeros, subnormals, negatives
+    expected = rankdata(values, axis=1, method="ordinal") - 1
+    assert np.array_equal(ordinal_ranks(values), expected)
+
+
+def test_radix_writes_the_affine_map_of_the_ranks() -> None:
+    cosines = _cosine_rows(1, 4, 1000)
+    scale, shift = normalisation(1000)
+    np.testing.assert_allclose(
+        ordinal_ranks(cosines, scale, shift), ordinal_ranks(cosines) * scale + shift, atol=1e-7
+    )
+
+
+def test_anchor_ranks_and_rank_vectors_use_the_exact_ranks(data) -> None:
+    inputs, anchors = data
+    expected = rankdata((inputs @ anchors.T).numpy(), axis=1, method="ordinal") - 1
+    assert np.array_equal(anchor_ranks(inputs, anchors).numpy(), expected)
+    torch.testing.assert_close(
+        rank_vectors(inputs, anchors),
+        normalise_ranks(torch.from_numpy(expected.astype(np.float32))),
+        atol=1e-6,
+        rtol=0,
+    )
+
+
+def test_spearman_identity_holds_at_ten_thousand_anchors() -> None:
+    generator = torch.Generator().manual_seed(3)
+    inputs, anchors = unit_rows(generator, 4, 64), unit_rows(generator, 10_000, 64)
+    z = rank_vectors(inputs, anchors)
+    profiles = (inputs @ anchors.T).numpy()
+    for i, j in [(0, 1), (2, 3), (1, 1)]:
+        expected = spearmanr(profiles[i], profiles[j]).statistic
+        assert float(z[i] @ z[j]) == pytest.approx(expected, abs=1e-5)
+
+
+def test_without_numba_the_numpy_fallback_gives_the_same_rank_vectors(
+    data, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inputs, anchors = data
+    compiled = rank_vectors(inputs, anchors)
+    monkeypatch.setattr(ordinal_ranks_module, "_kernel", lambda: None)
+    assert ordinal_ranks_module.method() == "argsort (numpy)"
+    torch.testing.assert_close(rank_vectors(inputs, anchors), compiled, atol=1e-7, rtol=0)

@@ -12,11 +12,15 @@ from pydantic import TypeAdapter, ValidationError
 
 from service.errors import validation_message
 from service.limits import Limits
+from service.routes.rerank_schemas import rerank_models
 from service.schemas import request_models
 from tests.service.conftest import Server
 
 JSON = {"content-type": "application/json"}
-TOO_LARGE = "request body is larger than the limit of 2097152 bytes"
+# The defaults, which the test servers run with.
+MAX_TEXTS = 2048
+MAX_BODY = 16 * 1024 * 1024
+TOO_LARGE = f"request body is larger than the limit of {MAX_BODY} bytes"
 
 
 def error_of(response: httpx.Response) -> dict:
@@ -42,18 +46,19 @@ def field_errors(message: str) -> list[tuple[str, str]]:
     return errors
 
 
-LIMITS = Limits(max_texts_per_request=256, max_text_chars=10_000, max_body_bytes=2_097_152)
+LIMITS = Limits(max_texts_per_request=MAX_TEXTS, max_text_chars=10_000, max_body_bytes=MAX_BODY)
 MODELS = request_models(LIMITS)
 BODY_MODELS = {
     "/encode": MODELS.encode,
     "/similarity": MODELS.similarity,
     "/v1/embeddings": MODELS.embeddings,
+    "/rerank": rerank_models(LIMITS).request,
 }
 
 # Body, then per failing field (location, pydantic's error type), then values the explanation
 # must state (a limit, the allowed choices): pydantic's types are stable, its sentences are not.
 INVALID_FIELDS = [
-    ("/encode", {"texts": ["a"] * 257}, [("texts", "too_long")], ["256"]),
+    ("/encode", {"texts": ["a"] * 2049}, [("texts", "too_long")], ["2048"]),
     ("/encode", {"texts": ["a" * 10_001]}, [("texts[0]", "string_too_long")], ["10000"]),
     ("/encode", {"texts": []}, [("texts", "too_short")], []),
     ("/encode", {"texts": "one string"}, [("texts", "list_type")], []),
@@ -63,8 +68,8 @@ INVALID_FIELDS = [
     ("/similarity", {"pairs": [["a", "b"]], "lambda": 1.5}, [("lambda", "less_than_equal")], []),
     ("/similarity", {"pairs": [["a", "b"]], "lambda": "x"}, [("lambda", "float_type")], []),
     ("/similarity", {"pairs": [["a", "b", "c"]]}, [("pairs[0]", "too_long")], ["2"]),
-    ("/similarity", {"pairs": [["a", "b"]] * 129}, [("pairs", "too_long")], ["128"]),
-    ("/similarity", {"source": "a", "targets": ["b"] * 256}, [("targets", "too_long")], ["255"]),
+    ("/similarity", {"pairs": [["a", "b"]] * 1025}, [("pairs", "too_long")], ["1024"]),
+    ("/similarity", {"source": "a", "targets": ["b"] * 2048}, [("targets", "too_long")], ["2047"]),
     ("/similarity", {"source": "a"}, [("targets", "missing")], []),
     ("/v1/embeddings", {"input": []}, [("input", "too_short")], []),
     (
@@ -74,6 +79,26 @@ INVALID_FIELDS = [
         ["float", "base64"],
     ),
     ("/v1/embeddings", {"input": "x", "dimensions": 128}, [("dimensions", "extra_forbidden")], []),
+    (
+        "/v1/embeddings",
+        {"input": [[101, 2023], [102]]},
+        [("input", "token_ids")],
+        ["check_embedding_ctx_length=False"],
+    ),
+    ("/rerank", {"query": "q", "texts": ["a"] * 2048}, [("texts", "too_long")], ["2047"]),
+    (
+        "/rerank",
+        {"query": "q", "documents": [{"text": 1}]},
+        [("documents[0].text", "string_type")],
+        [],
+    ),
+    ("/rerank", {"query": "q", "documents": ["a"], "top_n": True}, [("top_n", "value_error")], []),
+    (
+        "/rerank",
+        {"texts": ["a"], "truncate": "no"},
+        [("query", "missing"), ("truncate", "bool_type")],
+        [],
+    ),
 ]
 
 
@@ -156,7 +181,7 @@ def test_a_valid_surrogate_pair_is_accepted(client: httpx.Client):
 
 
 def test_declared_body_over_the_limit_is_413(client: httpx.Client):
-    response = client.post("/encode", content=b" " * (2 * 1024 * 1024 + 1), headers=JSON)
+    response = client.post("/encode", content=b" " * (MAX_BODY + 1), headers=JSON)
     assert response.status_code == 413
     assert error_of(response) == {"message": TOO_LARGE, "type": "payload_too_large", "code": 413}
 
@@ -166,7 +191,7 @@ def test_chunked_body_over_the_limit_is_413(client: httpx.Client):
 
     def chunks() -> Iterator[bytes]:
         nonlocal sent
-        for _ in range(40):  # 40 x 64 KiB = 2.5 MiB, with no Content-Length
+        for _ in range(MAX_BODY // 65_536 + 8):  # 64 KiB pieces past the limit, no length
             sent += 1
             yield b" " * 65_536
 
@@ -177,9 +202,10 @@ def test_chunked_body_over_the_limit_is_413(client: httpx.Client):
 
 
 def test_body_just_under_the_limit_passes_the_middleware(client: httpx.Client):
-    texts = ["word " * 1_600] * 256  # 8,000 characters each: 2,048,000+ bytes of JSON
+    # A full request of texts of 8,000 characters each: 16,390,000+ bytes of JSON.
+    texts = ["word " * 1_600] * MAX_TEXTS
     raw = json.dumps({"texts": texts, "unknown": 1}).encode()
-    assert 2_000_000 < len(raw) <= 2 * 1024 * 1024
+    assert 16_000_000 < len(raw) <= MAX_BODY
     response = client.post("/encode", content=raw, headers=JSON)
     assert response.status_code == 422  # validated, so not cut off by the size limit
     assert [location for location, _ in field_errors(error_of(response)["message"])] == ["unknown"]
@@ -209,6 +235,6 @@ def test_every_response_names_the_model_version(server: Server, client: httpx.Cl
         client.get("/metrics"),
         client.get("/nothing-here"),
         client.post("/encode", content=b"{", headers=JSON),
-        client.post("/encode", content=b" " * (3 * 1024 * 1024), headers=JSON),
+        client.post("/encode", content=b" " * (MAX_BODY + 1024 * 1024), headers=JSON),
     ):
         assert response.headers["X-Model-Version"] == version

@@ -84,9 +84,26 @@ def test_errors_reach_the_client_with_their_message(client: openai.OpenAI):
     }
 
 
-def test_token_id_inputs_are_refused(client: openai.OpenAI):
-    with pytest.raises(openai.UnprocessableEntityError):
-        client.embeddings.create(input=[101, 2023, 102], model="x")
+@pytest.mark.parametrize("ids", [[101, 2023, 102], [[101, 2023], [102]]])
+def test_token_id_inputs_are_refused_naming_the_setting(client: openai.OpenAI, ids: list):
+    with pytest.raises(openai.UnprocessableEntityError) as raised:
+        client.embeddings.create(input=ids, model="x")
+    assert raised.value.body["type"] == "invalid_request"
+    message = raised.value.body["message"]
+    assert message.startswith("input: token ids are not accepted, only strings")
+    assert "check_embedding_ctx_length=False" in message
+
+
+def test_a_request_of_2048_texts_is_served(client: openai.OpenAI, server: Server):
+    # OpenAI's own cap, and what LangChain and LlamaIndex may send in one request.
+    limit = server.services.settings.max_texts_per_request
+    assert limit == 2048
+    texts = [f"n{i}" for i in range(limit)]
+    result = client.embeddings.create(input=texts, model="x", encoding_format="float")
+    assert [item.index for item in result.data] == list(range(limit))
+    with pytest.raises(openai.UnprocessableEntityError) as raised:
+        client.embeddings.create(input=[*texts, "one more"], model="x")
+    assert "at most 2048 items" in raised.value.body["message"]
 
 
 def test_wrong_key_is_401(server: Server):

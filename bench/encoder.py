@@ -1,0 +1,184 @@
+"""Encoder backends side by side: sentences/s and tokens/s against this CPU's matmul GFLOP/s.
+
+For each thread count: a matmul probe (fp32 and bf16 GFLOP/s of torch on this CPU, now), then
+every installed backend on short texts (one Wikipedia sentence) and long ones (eight
+consecutive sentences, truncated at the model's maximum) at batch sizes 1, 16 and 64. Within a
+(threads, input, batch) group the backends run back to back, torch fp32 first, so each row's
+speed-up is against a baseline measured moments before. Before the speed rows, each backend's
+parity with torch fp32 on the dev sets (models/parity.py): what `auto` requires of it.
+
+"GFLOP/s" is useful work: real (unpadded) tokens times the model's FLOPs per token (linear
+layers plus attention at the input's mean length); "% probe" sets it against the fp32 probe.
+Every row is printed as soon as it is measured, with the load average then. Memory: the model
+once per backend (about 100-250 MB each) and 1024 x 1024 probe matrices; nothing grows with
+--seconds.
+
+    python -m bench.encoder [--seconds S] [--threads T ...] [--backends B ...]
+                            [--batches N ...] [--parity-pairs P] [--texts N]
+"""
+
+import argparse
+import os
+import statistics
+import time
+
+import torch
+
+from core.backend_choice import dev_parity_set, encoder_for
+from core.settings import DATA_DIR, Settings
+from models.anchors import read_sentences
+from models.backends import Backend, available
+from models.encoder import Encoder
+from models.parity import check_parity, embed
+
+PROBE_SIZE = 1024
+LONG_GROUP = 8  # sentences per long text
+
+
+def load_average() -> str:
+    return "/".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def matmul_gflops(dtype: torch.dtype, seconds: float) -> float:
+    """Median GFLOP/s of square torch matmuls on this CPU, with torch's current threads."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(PROBE_SIZE, PROBE_SIZE, generator=generator).to(dtype)
+    b = torch.randn(PROBE_SIZE, PROBE_SIZE, generator=generator).to(dtype)
+    torch.mm(a, b)
+    samples, deadline = [], time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(samples) < 3:
+        start = time.perf_counter()
+        torch.mm(a, b)
+        samples.append(time.perf_counter() - start)
+    return 2 * PROBE_SIZE**3 / statistics.median(samples) / 1e9
+
+
+def flops_per_token(encoder: Encoder, mean_tokens: float) -> float:
+    """Forward FLOPs per token of a BERT-style encoder: the linear layers, 2 x (4h^2 + 2hi)
+    per layer, plus attention's two products, 4 x h x sequence length per layer."""
+    config = encoder.model[0].auto_model.config
+    layers, hidden = config.num_hidden_layers, config.hidden_size
+    inner = config.intermediate_size
+    return layers * (2 * (4 * hidden**2 + 2 * hidden * inner) + 4 * hidden * mean_tokens)
+
+
+def inputs(encoder: Encoder, count: int) -> dict[str, tuple[list[str], float]]:
+    """Short and long texts, with their mean token count after truncation."""
+    sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")
+    short = sentences[:count]
+    long = [
+        " ".join(sentences[i : i + LONG_GROUP]) for i in range(0, LONG_GROUP * count, LONG_GROUP)
+    ]
+    out = {}
+    for name, texts in (("short", short), ("long", long)):
+        counts = [min(c, encoder.max_seq_length) for c in encoder.token_counts(texts)]
+        out[name] = (texts, sum(counts) / len(counts))
+    return out
+
+
+def throughput(encoder: Encoder, texts: list[str], batch: int, seconds: float) -> float:
+    """Sentences/s over whole passes through `texts` for at least `seconds`; one untimed
+    warm-up batch first (graph optimisation, allocator)."""
+    encoder.encode(texts[:batch], batch_size=batch)
+    done, start = 0, time.perf_counter()
+    while True:
+        for offset in range(0, len(texts), batch):
+            chunk = texts[offset : offset + batch]
+            encoder.encode(chunk, batch_size=batch)
+            done += len(chunk)
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return done / elapsed
+
+
+def print_parity(settings: Settings, backends: list[Backend], pairs: int | None) -> dict:
+    dev = dev_parity_set(settings, pairs)
+    reference = encoder_for(settings, None, None, Backend.TORCH)
+    reference_embeddings = embed(reference, dev)
+    print(f"\nparity with torch fp32 on the dev sets ({len(dev.texts)} sentences)", flush=True)
+    print(
+        f"{'backend':<11} {'Spearman x100 per task':<44} {'max gap':>7} {'mean cos':>9} "
+        f"{'min cos':>8}  passes",
+        flush=True,
+    )
+    passed = {}
+    for backend in backends:
+        encoder = encoder_for(settings, None, None, backend)
+        parity = check_parity(backend.value, embed(encoder, dev), reference_embeddings, dev)
+        tasks = " ".join(
+            f"{task.split('-')[0]} {parity.spearman[task]:.2f} ({parity.reference[task]:.2f})"
+            for task in parity.spearman
+        )
+        print(
+            f"{backend.value:<11} {tasks:<44} {parity.max_spearman_gap:7.3f} "
+            f"{parity.mean_cosine:9.5f} {parity.min_cosine:8.5f}  {parity.passed}",
+            flush=True,
+        )
+        passed[backend] = parity.passed
+    return passed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, os.cpu_count() or 1])
+    parser.add_argument("--backends", nargs="+", default=[b.value for b in Backend])
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])
+    parser.add_argument("--texts", type=int, default=128, help="distinct texts per input kind")
+    parser.add_argument("--parity-pairs", type=int, default=None, help="per dev task; all")
+    args = parser.parse_args()
+
+    settings = Settings()
+    backends = [Backend(name) for name in args.backends]
+    missing = [b.value for b in backends if not available(b)]
+    backends = [b for b in backends if available(b)]
+    if Backend.TORCH not in backends:
+        backends.insert(0, Backend.TORCH)
+    print(
+        f"load average {load_average()} at start; {os.cpu_count()} CPUs; "
+        f"not installed: {', '.join(missing) or 'none'}",
+        flush=True,
+    )
+    passed = print_parity(settings, backends, args.parity_pairs)
+
+    reference = encoder_for(settings, None, None, Backend.TORCH)
+    kinds = inputs(reference, args.texts)
+    for name, (_, mean_tokens) in kinds.items():
+        print(f"{name} texts: {mean_tokens:.1f} tokens on average", flush=True)
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        fp32 = matmul_gflops(torch.float32, args.seconds)
+        bf16 = matmul_gflops(torch.bfloat16, args.seconds)
+        print(
+            f"\n{threads} thread(s): matmul probe fp32 {fp32:.1f} GFLOP/s, bf16 {bf16:.1f} "
+            f"GFLOP/s (load {load_average()})",
+            flush=True,
+        )
+        print(
+            f"{'backend':<11} {'input':<6} {'batch':>5} {'sent/s':>9} {'tokens/s':>10} "
+            f"{'x fp32':>7} {'GFLOP/s':>8} {'% probe':>8} {'parity':>7}  load",
+            flush=True,
+        )
+        local = settings.model_copy(update={"torch_threads": threads})
+        encoders = {b: encoder_for(local, None, None, b) for b in backends}
+        for kind, (texts, mean_tokens) in kinds.items():
+            flops = flops_per_token(reference, mean_tokens)
+            for batch in args.batches:
+                baseline = None
+                for backend, encoder in encoders.items():
+                    speed = throughput(encoder, texts, batch, args.seconds)
+                    baseline = baseline or speed
+                    tokens = speed * mean_tokens
+                    gflops = tokens * flops / 1e9
+                    print(
+                        f"{backend.value:<11} {kind:<6} {batch:>5} {speed:9.1f} "
+                        f"{tokens:10.0f} {speed / baseline:7.2f} {gflops:8.1f} "
+                        f"{100 * gflops / fp32:7.1f}% {'pass' if passed[backend] else 'FAIL':>7}"
+                        f"  {load_average()}",
+                        flush=True,
+                    )
+    print(f"\nload average {load_average()} at the end", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,274 @@
+"""Encoder backends: one checkpoint run by torch (fp32 or bf16 autocast), ONNX Runtime (fp32 or
+dynamic int8) or OpenVINO, and the offline export of the non-torch variants.
+
+A variant is a folder `<root>/<backend>/` holding the exported graph and `variant.json` (the
+backend, the export recipe's format and the checksum of the checkpoint it was exported from).
+The graph is the whole sentence-transformers pipeline (transformer, pooling, normalisation) as
+one function of the tokenizer's tensors, so a runner only needs the tokenizer around it. Export
+reads the loaded local checkpoint only: torch traces it to ONNX; int8 quantises that file with
+ONNX Runtime; OpenVINO converts it to its IR. Nothing is downloaded.
+"""
+
+import copy
+import importlib.util
+import json
+import shutil
+import threading
+import warnings
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+from sentence_transformers import SentenceTransformer
+
+from models.atomic import atomic_directory, atomic_write_json
+
+VARIANT_FORMAT = 1  # bump when the export recipe changes: older variants are re-exported
+VARIANT_JSON = "variant.json"
+ONNX_OPSET = 17
+
+
+class Backend(StrEnum):
+    TORCH = "torch"  # fp32, the reference every other backend is checked against
+    TORCH_BF16 = "torch-bf16"  # bf16 autocast: AMX or AVX512-BF16 matmuls, fp32 elsewhere
+    ONNX = "onnx"
+    ONNX_INT8 = "onnx-int8"
+    OPENVINO = "openvino"
+
+
+EXPORTED = (Backend.ONNX, Backend.ONNX_INT8, Backend.OPENVINO)
+# The import names each backend needs at run time (int8 quantisation also needs `onnx`).
+REQUIRES: dict[Backend, tuple[str, ...]] = {
+    Backend.TORCH: (),
+    Backend.TORCH_BF16: (),
+    Backend.ONNX: ("onnxruntime",),
+    Backend.ONNX_INT8: ("onnxruntime", "onnx"),
+    Backend.OPENVINO: ("openvino",),
+}
+_GRAPH_FILE = {
+    Backend.ONNX: "model.onnx",
+    Backend.ONNX_INT8: "model-int8.onnx",
+    Backend.OPENVINO: "model.xml",  # plus model.bin beside it
+}
+
+
+class BackendUnavailableError(RuntimeError):
+    """The backend's package is not installed (see pyproject.toml's `backends` extra)."""
+
+
+def available(backend: Backend) -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in REQUIRES[backend])
+
+
+def require(backend: Backend) -> None:
+    missing = [name for name in REQUIRES[backend] if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BackendUnavailableError(
+            f"encoder backend {backend} needs {', '.join(missing)}: pip install -e '.[backends]'"
+        )
+
+
+class Runner(Protocol):
+    """An exported sentence pipeline: tokenizer tensors in, (batch, dim) embeddings out."""
+
+    def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray: ...
+
+
+class _OnnxRunner:
+    def __init__(self, path: Path, threads: int | None) -> None:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        if threads:
+            options.intra_op_num_threads = threads
+        # One graph per call: inter-op parallelism only adds threads competing for the cores.
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self.inputs = [node.name for node in self.session.get_inputs()]
+
+    def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
+        return self.session.run(None, {name: features[name] for name in self.inputs})[0]
+
+
+class _OpenVinoRunner:
+    def __init__(self, path: Path, threads: int | None) -> None:
+        import openvino as ov
+
+        config: dict[str, object] = {"PERFORMANCE_HINT": "LATENCY"}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = threads
+        self.compiled = ov.Core().compile_model(str(path), "CPU", config)
+        self.inputs = [port.get_any_name() for port in self.compiled.inputs]
+        # compiled_model(...) reuses one infer request, which is not safe across threads.
+        self._lock = threading.Lock()
+
+    @property
+    def precision(self) -> str:
+        return str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+
+    def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
+        with self._lock:
+            result = self.compiled({name: features[name] for name in self.inputs})
+            return np.array(result[0], copy=True)
+
+
+def load_runner(backend: Backend, directory: Path, threads: int | None = None) -> Runner:
+    """The runner of the variant in `directory` (a folder that `ensure_variant` returned)."""
+    require(backend)
+    graph = directory / _GRAPH_FILE[backend]
+    if backend == Backend.OPENVINO:
+        return _OpenVinoRunner(graph, threads)
+    return _OnnxRunner(graph, threads)
+
+
+def tensor_features(model: SentenceTransformer, texts: list[str]) -> dict[str, torch.Tensor]:
+    """The tokenizer's tensors for `texts` (padded to the longest, truncated to the model's
+    maximum length), as sentence-transformers itself prepares them."""
+    prepare = getattr(model, "preprocess", None) or model.tokenize
+    return {k: v for k, v in prepare(texts).items() if isinstance(v, torch.Tensor)}
+
+
+class _SentenceGraph(torch.nn.Module):
+    """The whole pipeline as a function of positional tensors, which is what tracing needs."""
+
+    def __init__(self, model: SentenceTransformer, names: list[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.names = names
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        features = dict(zip(self.names, tensors, strict=True))
+        return self.model(features)["sentence_embedding"]
+
+
+def _export_onnx(model: SentenceTransformer, target: Path) -> None:
+    if model.device.type != "cpu":
+        # The variants run on CPU; a worker training on a GPU exports a CPU copy.
+        model = copy.deepcopy(model).to("cpu")
+    # Two texts of different lengths: the trace then contains the padding path.
+    example = tensor_features(model, ["a", "a sentence of a few more words"])
+    names = list(example)
+    graph = _SentenceGraph(model, names).eval()
+    dynamic = {name: {0: "batch", 1: "tokens"} for name in names}
+    with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+        # The trace warns about every Python-level shape check in transformers: noise here,
+        # since the parity check compares the exported graph with torch on real text.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            graph,
+            tuple(example[name].cpu() for name in names),
+            str(target),
+            input_names=names,
+            output_names=["sentence_embedding"],
+            dynamic_axes={**dynamic, "sentence_embedding": {0: "batch"}},
+            opset_version=ONNX_OPSET,
+            dynamo=False,  # the TorchScript tracer: no onnxscript needed, and it handles BERT
+        )
+
+
+def _int8_excluded(fp32: Path) -> list[str]:
+    """MatMuls left in fp32: products of two activations (attention scores), and down
+    projections (weight k x n with k > n, the feed-forward output). The GELU outputs feeding
+    the latter have outliers that 8-bit dynamic activations flatten: on MiniLM, quantising
+    them drops the mean cosine to fp32 from 0.996 to 0.993 (per-channel) or 0.96 (per-tensor)."""
+    import onnx
+
+    graph = onnx.load(str(fp32), load_external_data=False).graph
+    weights = {init.name: tuple(init.dims) for init in graph.initializer}
+    excluded = []
+    for node in graph.node:
+        if node.op_type != "MatMul":
+            continue
+        shape = weights.get(node.input[1])
+        if shape is None or (len(shape) == 2 and shape[0] > shape[1]):
+            excluded.append(node.name)
+    return excluded
+
+
+def _quantize_int8(fp32: Path, target: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(fp32),
+        str(target),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_exclude=_int8_excluded(fp32),
+    )
+
+
+def _convert_openvino(fp32: Path, target: Path) -> None:
+    import openvino as ov
+
+    # Weights stay fp32 on disk; the CPU plugin picks its own inference precision (bf16 on
+    # CPUs with AMX or AVX512-BF16), which the parity check then judges.
+    ov.save_model(ov.convert_model(str(fp32)), str(target), compress_to_fp16=False)
+
+
+def export_variant(model: SentenceTransformer, backend: Backend, out_dir: Path) -> None:
+    """Write `backend`'s graph of the loaded checkpoint into `out_dir` (which must exist)."""
+    require(backend)
+    if backend == Backend.ONNX:
+        _export_onnx(model, out_dir / _GRAPH_FILE[backend])
+        return
+    fp32 = out_dir / "fp32.onnx.tmp"
+    _export_onnx(model, fp32)
+    try:
+        if backend == Backend.ONNX_INT8:
+            _quantize_int8(fp32, out_dir / _GRAPH_FILE[backend])
+        else:
+            _convert_openvino(fp32, out_dir / _GRAPH_FILE[backend])
+    finally:
+        fp32.unlink(missing_ok=True)
+
+
+def _variant_matches(directory: Path, backend: Backend, checksum: str) -> bool:
+    try:
+        meta = json.loads((directory / VARIANT_JSON).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (
+        meta.get("backend") == backend.value
+        and meta.get("format") == VARIANT_FORMAT
+        and meta.get("source_checksum") == checksum
+        and (directory / _GRAPH_FILE[backend]).is_file()
+    )
+
+
+def build_variant(model: SentenceTransformer, checksum: str, backend: Backend, root: Path) -> Path:
+    """Export `backend` into `<root>/<backend>/` atomically, unless a matching one is there."""
+    target = root / backend.value
+    if _variant_matches(target, backend, checksum):
+        return target
+    if target.exists():
+        # An older recipe or another checkpoint's export: derived data, rebuilt below.
+        shutil.rmtree(target)
+    with atomic_directory(target) as tmp:
+        export_variant(model, backend, tmp)
+        meta = {"backend": backend.value, "format": VARIANT_FORMAT, "source_checksum": checksum}
+        atomic_write_json(tmp / VARIANT_JSON, meta, indent=2)
+    return target
+
+
+def ensure_variant(
+    model: SentenceTransformer,
+    checksum: str,
+    backend: Backend,
+    *,
+    prebuilt: Path | None,
+    cache: Path | None,
+) -> Path:
+    """The variant folder to run: the prebuilt one (a bundle's) when it matches the
+    checkpoint, else the cache's, exported into it once when absent."""
+    if prebuilt is not None and _variant_matches(prebuilt / backend.value, backend, checksum):
+        return prebuilt / backend.value
+    if cache is None:
+        raise FileNotFoundError(
+            f"no prebuilt {backend} variant and no cache directory to export one into"
+        )
+    return build_variant(model, checksum, backend, cache)

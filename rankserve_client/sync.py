@@ -1,0 +1,272 @@
+"""`Client`: the blocking client, on `httpx.Client`."""
+
+from collections.abc import Iterator, Mapping, Sequence
+from time import monotonic, sleep
+from types import TracebackType
+from typing import Any, Literal, Self, cast
+
+import httpx
+
+from rankserve_client import _calls
+from rankserve_client._calls import Call, RetryPolicy
+from rankserve_client.errors import APIError, NotReadyError
+from rankserve_client.types import (
+    ActivateResult,
+    CancelResult,
+    DeleteResult,
+    Document,
+    DocumentPage,
+    EmbeddingsResult,
+    EncodeResult,
+    Health,
+    Info,
+    Job,
+    JobList,
+    Models,
+    Ready,
+    Report,
+    RerankResult,
+    RetrainAccepted,
+    SearchResult,
+    SimilarityResult,
+    StoredDocument,
+    UpsertResult,
+)
+
+
+class Client:
+    """Every endpoint of a rankserve service, blocking.
+
+    `api_key` opens the data endpoints when the service has RANKSERVE_API_KEY set;
+    `admin_token` opens /admin. A 429 or 503 is retried up to `max_retries` times, waiting
+    the service's Retry-After (at most `max_retry_wait_s`, else the error is raised at once)
+    or, without one, `backoff_s` doubling per try. Errors are `rankserve_client.APIError`s.
+    Pass `http_client` to use your own `httpx.Client` (proxies, TLS, transports); it is then
+    yours to close.
+    """
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        api_key: str | None = None,
+        admin_token: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        max_retry_wait_s: float = 30.0,
+        backoff_s: float = 0.5,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key
+        self.admin_token = admin_token
+        self.retry = RetryPolicy(max_retries, backoff_s, max_retry_wait_s)
+        self._owns_http = http_client is None
+        self._http = http_client or httpx.Client(timeout=timeout)
+
+    def close(self) -> None:
+        if self._owns_http:
+            self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _send(self, call: Call) -> Any:
+        headers = _calls.headers_for(call.auth, self.api_key, self.admin_token)
+        attempt = 0
+        while True:
+            response = self._http.request(
+                call.method,
+                self.base_url + call.path,
+                json=call.body,
+                params=dict(call.params),
+                headers=headers,
+            )
+            try:
+                return _calls.read(call, response.status_code, response.headers, response.content)
+            except APIError as error:
+                wait = self.retry.delay(error, attempt) if call.retry else None
+                if wait is None:
+                    raise
+            sleep(wait)
+            attempt += 1
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, str | int] | None = None,
+        admin: bool = False,
+        expect: Literal["json", "text", "bytes"] = "json",
+    ) -> Any:
+        """Any route, with this client's auth, retries and errors (for routes added later)."""
+        auth: _calls.Auth = "admin" if admin else "api"
+        return self._send(Call(method, path, auth, json, params or {}, expect))
+
+    # Data endpoints
+
+    def encode(self, texts: Sequence[str]) -> EncodeResult:
+        """Unit-length embeddings, in input order (POST /encode)."""
+        return cast(EncodeResult, self._send(_calls.encode(texts)))
+
+    def embeddings(
+        self,
+        input: str | Sequence[str],
+        *,
+        model: str | None = None,
+        encoding_format: Literal["float", "base64"] | None = None,
+        user: str | None = None,
+    ) -> EmbeddingsResult:
+        """OpenAI's embeddings API (POST /v1/embeddings); floats unless base64 is asked for."""
+        call = _calls.embeddings(input, model, encoding_format, user)
+        return cast(EmbeddingsResult, self._send(call))
+
+    def similarity(
+        self, pairs: Sequence[tuple[str, str]], *, lambda_: float | None = None
+    ) -> SimilarityResult:
+        """Eq. 7 scores of text pairs (POST /similarity)."""
+        return cast(SimilarityResult, self._send(_calls.similarity(pairs, lambda_)))
+
+    def similarity_to(
+        self, source: str, targets: Sequence[str], *, lambda_: float | None = None
+    ) -> SimilarityResult:
+        """Eq. 7 scores of one source against each target, in target order."""
+        call = _calls.similarity_to(source, targets, lambda_)
+        return cast(SimilarityResult, self._send(call))
+
+    def rerank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_n: int | None = None,
+        return_documents: bool = False,
+        lambda_: float | None = None,
+    ) -> RerankResult:
+        """Documents ordered by Eq. 7 against the query, best first (POST /rerank)."""
+        call = _calls.rerank(query, documents, top_n, return_documents, lambda_)
+        return cast(RerankResult, self._send(call))
+
+    def upsert_documents(self, documents: Sequence[Document | Mapping[str, Any]]) -> UpsertResult:
+        """Insert or replace documents (POST /documents); ids are generated where absent."""
+        return cast(UpsertResult, self._send(_calls.upsert_documents(documents)))
+
+    def get_document(self, doc_id: str) -> StoredDocument:
+        return cast(StoredDocument, self._send(_calls.get_document(doc_id)))
+
+    def list_documents(
+        self, *, cursor: str | None = None, limit: int | None = None
+    ) -> DocumentPage:
+        """One page of documents in id order; pass `next_cursor` on for the next."""
+        return cast(DocumentPage, self._send(_calls.list_documents(cursor, limit)))
+
+    def iter_documents(self, *, page_size: int | None = None) -> Iterator[StoredDocument]:
+        """Every document in id order, a page at a time."""
+        cursor = None
+        while True:
+            page = self.list_documents(cursor=cursor, limit=page_size)
+            yield from page["documents"]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return
+
+    def delete_document(self, doc_id: str) -> DeleteResult:
+        """Deletes one document; a missing one is a NotFoundError."""
+        return cast(DeleteResult, self._send(_calls.delete_document(doc_id)))
+
+    def delete_documents(self, ids: Sequence[str]) -> DeleteResult:
+        """Deletes several; missing ids are listed in `not_found`, not raised."""
+        return cast(DeleteResult, self._send(_calls.delete_documents(ids)))
+
+    def search(
+        self,
+        query: str,
+        *,
+        top_k: int | None = None,
+        candidates: int | None = None,
+        lambda_: float | None = None,
+        filter: Mapping[str, Any] | None = None,
+    ) -> SearchResult:
+        """The corpus's best documents for the query by Eq. 7 (POST /search)."""
+        call = _calls.search(query, top_k, candidates, lambda_, filter)
+        return cast(SearchResult, self._send(call))
+
+    # Public endpoints
+
+    def health(self) -> Health:
+        return cast(Health, self._send(_calls.HEALTH))
+
+    def ready(self) -> Ready:
+        """Raises NotReadyError (not retried) while the model or the index is loading."""
+        return cast(Ready, self._send(_calls.READY))
+
+    def wait_ready(self, timeout_s: float = 300.0, interval_s: float = 0.5) -> Ready:
+        """Polls /ready until the service is ready; raises the last NotReadyError (or the
+        connection error) once `timeout_s` has passed."""
+        deadline = monotonic() + timeout_s
+        while True:
+            try:
+                return self.ready()
+            except (NotReadyError, httpx.TransportError):
+                if monotonic() + interval_s > deadline:
+                    raise
+            sleep(interval_s)
+
+    def info(self) -> Info:
+        """The model and every request limit (GET /info)."""
+        return cast(Info, self._send(_calls.INFO))
+
+    def metrics(self) -> str:
+        """Prometheus text (GET /metrics)."""
+        return cast(str, self._send(_calls.METRICS))
+
+    # Admin endpoints (admin_token)
+
+    def retrain(
+        self,
+        method: str,
+        *,
+        recipe: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        text: str | None = None,
+        documents_share: float | None = None,
+        force: bool | None = None,
+        teachers: Sequence[str] | None = None,
+    ) -> RetrainAccepted:
+        """Queues a retrain job (POST /admin/retrain); follow it with `job`."""
+        call = _calls.retrain(method, recipe, params, text, documents_share, force, teachers)
+        return cast(RetrainAccepted, self._send(call))
+
+    def jobs(self) -> JobList:
+        return cast(JobList, self._send(_calls.JOBS))
+
+    def job(self, job_id: str) -> Job:
+        return cast(Job, self._send(_calls.job(job_id)))
+
+    def cancel_job(self, job_id: str) -> CancelResult:
+        return cast(CancelResult, self._send(_calls.cancel_job(job_id)))
+
+    def models(self) -> Models:
+        """Every bundle, the active one, what each replica serves (GET /admin/models)."""
+        return cast(Models, self._send(_calls.MODELS))
+
+    def activate_model(self, version: str) -> ActivateResult:
+        """Makes `version` the active model of every replica (roll back or forward)."""
+        return cast(ActivateResult, self._send(_calls.activate_model(version)))
+
+    def model_report(self, version: str) -> Report:
+        return cast(Report, self._send(_calls.model_report(version)))
+
+    def model_report_chart(self, version: str, chart: str) -> bytes:
+        """One PNG chart of a version's report, by its file name (`report["charts"]`)."""
+        return cast(bytes, self._send(_calls.model_report_chart(version, chart)))

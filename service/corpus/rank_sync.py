@@ -1,0 +1,77 @@
+"""The replica's precomputed-rank store (RANKSERVE_PRECOMPUTED_RANKS), kept built for the live
+anchors: a new index, new anchors (a hot swap, anchors sampled from the documents) or a new
+encoder get a new store, filled in the background while searches score the documents that
+lack a row exactly. Writes keep it in step themselves (SearchIndex.upsert and remove)."""
+
+import asyncio
+import logging
+import time
+
+import numpy as np
+
+from core.settings import Settings
+from models.index import SearchIndex
+from models.rank_codes import RankBits
+from models.rank_store import RankStore
+from service.corpus.index_state import IndexState
+from service.engine import Engine
+
+logger = logging.getLogger(__name__)
+
+_BACKFILL_CHUNK = 1024  # documents ranked per worker-thread call: about 0.1 s at M = 10k
+
+_BITS: dict[str, RankBits] = {"8bit": 8, "4bit": 4}
+
+
+class RankStoreSync:
+    def __init__(self, settings: Settings) -> None:
+        self.bits = _BITS.get(settings.precomputed_ranks)
+        self.directory = settings.cache.rank_stores
+        self.budget_bytes = settings.precomputed_ranks_budget_mb * 2**20
+        self._task: asyncio.Task[None] | None = None
+
+    async def ensure(self, engine: Engine | None, state: IndexState | None) -> None:
+        """Give `state`'s index a store for `engine`'s anchors, unless it has one already."""
+        if self.bits is None or engine is None or state is None:
+            return
+        if state.encoder_checksum != engine.encoder.checksum:
+            return  # the index is about to be rebuilt for this encoder
+        index = state.index
+        anchors = engine.anchors
+        key = await asyncio.to_thread(lambda: anchors.key)  # a digest of the matrix, once
+        current = index.rank_store
+        if current is not None and current.anchors_key == key:
+            return
+        store = RankStore(
+            engine.anchors.embeddings, key, self.bits, self.directory, self.budget_bytes
+        )
+        missing = await asyncio.to_thread(index.attach_rank_store, store)
+        self.stop()
+        self._task = asyncio.create_task(self._backfill(index, store, missing), name="ranks")
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _backfill(self, index: SearchIndex, store: RankStore, ids: np.ndarray) -> None:
+        start, stored = time.perf_counter(), 0
+        logger.info("rank store %s: ranking %d documents in the background", store.key, len(ids))
+        try:
+            for offset in range(0, len(ids), _BACKFILL_CHUNK):
+                chunk = ids[offset : offset + _BACKFILL_CHUNK]
+                done = await asyncio.to_thread(index.backfill_ranks, store, chunk)
+                if done is None:
+                    return  # replaced by a newer store
+                stored += done
+        except Exception:
+            # Searches stay correct without the rows (scored exactly); say why they are slower.
+            logger.exception("rank store %s: backfill failed after %d documents", store.key, stored)
+            return
+        logger.info(
+            "rank store %s: %d documents in %.1f s, %d MB mapped",
+            store.key,
+            stored,
+            time.perf_counter() - start,
+            store.bytes_mapped // 2**20,
+        )

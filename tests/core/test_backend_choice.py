@@ -1,0 +1,110 @@
+"""`auto` and the thread policy: the choice is measured once per checkpoint and CPU, only a
+backend passing parity can win, and a bundle's prebuilt variants spare replicas the export."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import core.backend_choice as choice
+import core.threads as threads
+from core.loading import settings_bundle
+from core.registry import BundleStore
+from core.settings import DATA_DIR, Settings
+from models.anchors import AnchorSet
+from models.backends import Backend, available
+from models.encoder import Encoder
+from models.parity import ParitySet
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(var_dir=tmp_path / "var", data_dir=DATA_DIR, encoder_backend="auto")
+
+
+def test_thread_policy_is_applied_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = torch.get_num_threads()
+    monkeypatch.setattr(threads, "_applied", None)
+    try:
+        applied = threads.apply_thread_policy(Settings(torch_threads=1, blas_threads=1))
+        assert applied["torch_threads"] == torch.get_num_threads() == 1
+        assert applied["blas_threads"] in (1, None)
+        # Later calls, whatever their settings, keep what the first one set.
+        assert threads.apply_thread_policy(Settings(torch_threads=2)) == applied
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+        if threads._blas_limiter is not None:
+            threads._blas_limiter.restore_original_limits()
+        monkeypatch.setattr(threads, "_blas_limiter", None)
+
+
+def test_a_named_backend_is_taken_as_is(settings: Settings) -> None:
+    named = settings.model_copy(update={"encoder_backend": "onnx-int8"})
+    assert choice.choose_backend(named, None, None) == Backend.ONNX_INT8
+
+
+def test_auto_measures_once_then_reads_its_cache(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+
+    def measured(*args: object, **kwargs: object) -> dict:
+        calls.append(args)
+        return {"backend": "onnx", "speedup": {"torch": 1.0, "onnx": 2.5}}
+
+    monkeypatch.setattr(choice, "measure_backends", measured)
+    assert choice.choose_backend(settings, None, None) == Backend.ONNX
+    assert choice.choose_backend(settings, None, None) == Backend.ONNX
+    assert len(calls) == 1
+    [cached] = list(settings.cache.backend_choices.iterdir())
+    assert json.loads(cached.read_text())["key"]["cpu"]
+
+
+def test_auto_without_dev_sets_keeps_torch(tmp_path: Path) -> None:
+    bare = Settings(var_dir=tmp_path / "var", data_dir=tmp_path, encoder_backend="auto")
+    assert choice.choose_backend(bare, None, None) == Backend.TORCH
+
+
+@pytest.mark.slow
+def test_auto_picks_the_fastest_backend_that_passes(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small = choice.dev_parity_set(settings, 100)
+    monkeypatch.setattr(choice, "dev_parity_set", lambda *_: small)
+    monkeypatch.setattr(choice, "SPEED_ROUNDS", 1)
+    report = choice.measure_backends(settings, None, None, seconds=0.05)
+    passing = {name for name, p in report["parity"].items() if p["passed"]} | {"torch"}
+    assert set(report["speedup"]) == passing
+    assert report["backend"] == max(report["speedup"], key=report["speedup"].get)
+    installed = {b.value for b in Backend if b != Backend.TORCH and available(b)}
+    assert set(report["parity"]) | set(report["failures"]) == installed
+
+
+@pytest.mark.slow
+def test_a_bundle_carries_its_variants_so_replicas_do_not_export(
+    tmp_path: Path,
+    encoder: Encoder,
+    anchors: AnchorSet,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    if not available(Backend.ONNX):
+        pytest.skip("onnxruntime is not installed")
+    worker = Settings(var_dir=tmp_path / "worker", data_dir=DATA_DIR, encoder_backend="onnx")
+    small: ParitySet = choice.dev_parity_set(worker, 50)
+    monkeypatch.setattr(choice, "dev_parity_set", lambda *_: small)
+    variants = choice.build_variants(worker, None, tmp_path / "variants")
+    assert variants is not None
+    record = json.loads((variants / choice.PARITY_JSON).read_text())
+    assert set(record["parity"]) == {"onnx"} and record["parity"]["onnx"]["passed"]
+    store = BundleStore(tmp_path / "store")
+    store.write("v1", encoder=encoder, anchors=anchors, variants=variants)
+
+    replica = worker.model_copy(update={"var_dir": tmp_path / "replica"})
+    loaded = settings_bundle(replica, store, "v1")
+    assert loaded.encoder.backend == Backend.ONNX
+    assert not replica.cache.encoder_variants.exists()  # used the bundle's, exported nothing
+    torch.testing.assert_close(
+        loaded.encoder.encode(["a bundle"]), encoder.encode(["a bundle"]), atol=2e-3, rtol=0
+    )

@@ -1,0 +1,130 @@
+"""Encoder backends on the real weights: parity with torch fp32 on dev pairs, the exported
+variants' life cycle (export once, reuse, prebuilt first), and caches keyed by backend."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from core.backend_choice import dev_parity_set
+from core.settings import DATA_DIR, Settings
+from models.anchors import build_anchor_set
+from models.backends import EXPORTED, VARIANT_JSON, Backend, available, build_variant
+from models.encoder import Encoder, load_encoder
+from models.parity import COSINE_FLOOR, SPEARMAN_TOLERANCE, ParitySet, check_parity, embed
+
+PAIRS_PER_TASK = 150  # 300 dev pairs: a Spearman gap of 0.2 is still well resolved
+
+pytestmark = pytest.mark.slow
+
+
+def _needs(backend: Backend) -> None:
+    if not available(backend):
+        pytest.skip(f"{backend}'s package is not installed")
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("variants")
+
+
+@pytest.fixture(scope="module")
+def dev() -> ParitySet:
+    return dev_parity_set(Settings(data_dir=DATA_DIR), PAIRS_PER_TASK)
+
+
+@pytest.fixture(scope="module")
+def reference(encoder: Encoder, dev: ParitySet) -> np.ndarray:
+    return embed(encoder, dev)
+
+
+def _load(backend: Backend, variants: Path) -> Encoder:
+    _needs(backend)
+    return load_encoder(device="cpu", backend=backend, export_cache=variants, threads=1)
+
+
+# Dynamic int8 misses the Spearman bound on SICK trial with MiniLM's weights (gap 0.45 on the
+# full dev set, mean cosine 0.996): `auto` never picks it. Not strict, so a better recipe shows.
+INT8_MISSES = pytest.mark.xfail(reason="int8 Spearman gap on SICK trial > 0.2", strict=False)
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param(b, marks=INT8_MISSES) if b == Backend.ONNX_INT8 else b
+        for b in Backend
+        if b != Backend.TORCH
+    ],
+)
+def test_backend_passes_parity_on_dev_pairs(
+    backend: Backend, variants: Path, dev: ParitySet, reference: np.ndarray
+) -> None:
+    parity = check_parity(backend.value, embed(_load(backend, variants), dev), reference, dev)
+    assert parity.pairs == 2 * PAIRS_PER_TASK
+    assert parity.mean_cosine >= COSINE_FLOOR, parity
+    assert parity.max_spearman_gap <= SPEARMAN_TOLERANCE, parity
+    assert parity.passed
+
+
+def test_torch_is_its_own_reference(dev: ParitySet, reference: np.ndarray) -> None:
+    parity = check_parity("torch", reference, reference, dev)
+    assert parity.max_spearman_gap == 0.0
+    assert parity.mean_cosine == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("backend", EXPORTED)
+def test_exported_encoder_keeps_order_norms_and_empty_input(
+    backend: Backend, variants: Path
+) -> None:
+    encoder = _load(backend, variants)
+    texts = ["short", "a considerably longer sentence about rivers and mountains", "mid length"]
+    batch = encoder.encode(texts, batch_size=2)
+    singles = torch.cat([encoder.encode([t]) for t in texts])
+    torch.testing.assert_close(batch, singles, atol=2e-3, rtol=0)
+    assert batch.dtype == torch.float32 and batch.shape == (3, 384)
+    torch.testing.assert_close(batch.norm(dim=1), torch.ones(3), atol=1e-5, rtol=0)
+    assert encoder.encode([]).shape == (0, 384)
+
+
+def test_variant_is_exported_once_then_reused(variants: Path) -> None:
+    first = _load(Backend.ONNX, variants)
+    folder = variants / first.checksum[:16] / Backend.ONNX.value
+    stamp = (folder / VARIANT_JSON).stat().st_mtime_ns
+    second = _load(Backend.ONNX, variants)
+    assert (folder / VARIANT_JSON).stat().st_mtime_ns == stamp
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temporaries
+    torch.testing.assert_close(first.encode(["same text"]), second.encode(["same text"]))
+
+
+def test_prebuilt_variant_comes_first_and_a_foreign_one_is_ignored(
+    encoder: Encoder, tmp_path: Path
+) -> None:
+    _needs(Backend.ONNX)
+    prebuilt = tmp_path / "bundle-variants"
+    build_variant(encoder.model, encoder.checksum, Backend.ONNX, prebuilt)
+    cache = tmp_path / "cache"
+    load_encoder(device="cpu", backend=Backend.ONNX, variants=prebuilt, export_cache=cache)
+    assert not cache.exists()  # nothing exported: the prebuilt variant was used
+    # Exported from other weights: the checksum in variant.json disagrees, so it is not used.
+    stale = tmp_path / "stale"
+    build_variant(encoder.model, "0" * 64, Backend.ONNX, stale)
+    load_encoder(device="cpu", backend=Backend.ONNX, variants=stale, export_cache=cache)
+    assert (cache / encoder.checksum[:16] / Backend.ONNX.value / VARIANT_JSON).is_file()
+
+
+def test_exported_backends_refuse_a_gpu() -> None:
+    _needs(Backend.ONNX)
+    with pytest.raises(ValueError, match="runs on the CPU"):
+        load_encoder(device="cuda", backend=Backend.ONNX)
+
+
+def test_caches_are_keyed_by_backend(encoder: Encoder, variants: Path, tmp_path: Path) -> None:
+    other = _load(Backend.ONNX, variants)
+    assert encoder.cache_key == encoder.checksum  # fp32 caches written before backends stay
+    assert other.checksum == encoder.checksum and other.cache_key != encoder.cache_key
+    texts = ["one anchor", "another anchor", "a third"]
+    build_anchor_set(encoder, texts, tmp_path)
+    build_anchor_set(other, texts, tmp_path)
+    files = sorted(p.name for p in (tmp_path / "anchors").iterdir())
+    assert len(files) == 2 and files[0][:16] != files[1][:16]

@@ -1,0 +1,193 @@
+"""Precomputed, quantised rank vectors (models/rank_codes.py, models/rank_store.py) against the
+exact path: the approximation's Spearman error and top-k agreement are bounded, and the store
+stays in step with the index's writes."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from models import rank_codes
+from models.index import IndexConfig, SearchIndex
+from models.rank_codes import RankCodec, expected_error
+from models.rank_store import RankStore
+from models.ranking import anchor_ranks, normalise_ranks, rank_vectors
+
+DIM = 32
+LAMBDA = 0.1
+KEY = "encoder-anchors-m"
+
+
+def clustered(rng: np.random.Generator, centres: np.ndarray, n: int) -> np.ndarray:
+    points = centres[rng.integers(0, len(centres), n)] + 0.1 * rng.standard_normal((n, DIM))
+    return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def corpus() -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+    """(documents (3000, dim), anchors (2000, dim), queries (40, dim)) from shared clusters."""
+    rng = np.random.default_rng(7)
+    centres = rng.standard_normal((40, DIM))
+    centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    docs = clustered(rng, centres, 3000)
+    anchors = torch.from_numpy(clustered(rng, centres, 2000))
+    return docs, anchors, clustered(rng, centres, 40)
+
+
+def store_for(anchors: torch.Tensor, tmp_path: Path, bits: int, budget: int = 1 << 30) -> RankStore:
+    return RankStore(anchors, KEY, bits, tmp_path, budget)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("bits", "bound"), [(8, 1e-3), (4, 1.5e-2)])
+def test_quantised_rank_similarity_error_is_bounded(corpus, bits: int, bound: float) -> None:
+    docs, anchors, queries = corpus
+    codec = RankCodec(len(anchors), bits)  # type: ignore[arg-type]
+    codes = codec.encode(anchor_ranks(torch.from_numpy(docs[:500]), anchors).numpy())
+    z_docs = rank_vectors(torch.from_numpy(docs[:500]), anchors)  # (500, m)
+    z_queries = rank_vectors(torch.from_numpy(queries), anchors)  # (q, m)
+    errors = np.stack(
+        [codec.similarity(codes, z).numpy() - (z_docs @ z).numpy() for z in z_queries]
+    )  # (q, 500)
+    assert np.abs(errors).max() <= bound
+    # The rounding noise is what the codec's own estimate says, and unbiased.
+    assert errors.std() <= 1.5 * expected_error(len(anchors), bits)  # type: ignore[arg-type]
+    assert abs(errors.mean()) <= 0.1 * expected_error(len(anchors), bits)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("m", [2, 7, 300, 301])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_codes_stand_for_their_bucket_of_ranks(m: int, bits: int) -> None:
+    codec = RankCodec(m, bits)  # type: ignore[arg-type]
+    ranks = np.stack([np.random.default_rng(s).permutation(m) for s in range(3)])  # (3, m)
+    packed = codec.encode(ranks)
+    assert packed.shape == (3, m if bits == 8 else (m + 1) // 2)
+    centres = codec.decode_ranks(packed)  # (3, m)
+    assert np.abs(centres - ranks).max() <= m / (1 << bits) / 2 + 0.5
+    # The dot product on codes equals the dot product with the decoded rank vectors, rescaled.
+    z = normalise_ranks(torch.from_numpy(ranks[:1].astype(np.float32)))[0]
+    decoded = normalise_ranks(torch.from_numpy(centres)) @ z
+    shrink = 1 - 1 / (1 << bits) ** 2
+    torch.testing.assert_close(codec.similarity(packed, z), decoded / shrink, atol=1e-5, rtol=0)
+
+
+def filled_index(docs: np.ndarray, store: RankStore | None) -> SearchIndex:
+    index = SearchIndex(DIM, IndexConfig(use_gpu=False))
+    index.upsert(np.arange(len(docs)), docs)
+    if store is not None:
+        missing = index.attach_rank_store(store)
+        assert index.backfill_ranks(store, missing) == len(docs)
+    return index
+
+
+@pytest.mark.parametrize(("bits", "overlap"), [(8, 0.95), (4, 0.9)])
+def test_top10_with_precomputed_ranks_agrees_with_the_exact_path(
+    corpus, tmp_path: Path, bits: int, overlap: float
+) -> None:
+    docs, anchors, queries = corpus
+    index = filled_index(docs, store_for(anchors, tmp_path, bits))
+    agreement, worst = [], 0.0
+    for q in queries:
+        query = torch.from_numpy(q)
+        args = {"top_k": 10, "candidates": 100, "lambda_inf": LAMBDA}
+        exact = index.search(query, anchors, **args)
+        approx = index.search(query, anchors, **args, anchors_key=KEY)
+        agreement.append(len(set(exact.ids.tolist()) & set(approx.ids.tolist())) / 10)
+        true_rank = dict(zip(exact.ids.tolist(), exact.rank.tolist(), strict=True))
+        for doc_id, rank in zip(approx.ids.tolist(), approx.rank.tolist(), strict=True):
+            if doc_id in true_rank:
+                worst = max(worst, abs(rank - true_rank[doc_id]))
+    assert np.mean(agreement) >= overlap
+    assert worst <= (1e-3 if bits == 8 else 1.5e-2)
+
+
+def test_writes_keep_the_store_in_step(corpus, tmp_path: Path) -> None:
+    docs, anchors, _ = corpus
+    store = store_for(anchors, tmp_path, 8)
+    index = SearchIndex(DIM, IndexConfig(use_gpu=False))
+    index.upsert([1, 2], docs[:2])
+    assert index.attach_rank_store(store).tolist() == [1, 2]  # present before: to backfill
+    index.upsert([3], docs[2:3])  # written after: stored at once
+    assert 3 in store and 1 not in store
+    assert index.backfill_ranks(store, np.array([1, 2, 3])) == 2
+    assert len(store) == 3
+    index.upsert([2], docs[10:11])  # a new text replaces its row
+    _, codes = store.gather(np.array([2]))
+    np.testing.assert_array_equal(codes, store.encode_embeddings(docs[10:11]))
+    index.remove([1])
+    assert 1 not in store and len(store) == 2
+    other = store_for(anchors, tmp_path, 4)
+    index.attach_rank_store(other)  # a new store (new anchors) replaces the old one
+    assert index.backfill_ranks(store, np.array([2])) is None  # the old one is detached
+    assert index.rank_store is other
+
+
+def test_backfill_never_stores_ranks_of_an_embedding_replaced_meanwhile(
+    corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs, anchors, _ = corpus
+    store = store_for(anchors, tmp_path, 8)
+    index = SearchIndex(DIM, IndexConfig(use_gpu=False))
+    index.upsert([5], docs[:1])
+    missing = index.attach_rank_store(store)
+    encode = store.encode_embeddings
+
+    def upsert_during_encoding(vectors: np.ndarray) -> np.ndarray:
+        codes = encode(vectors)
+        index._ranks = None  # an upsert racing the backfill that could not write a row
+        index.upsert([5], docs[1:2])
+        index._ranks = store
+        return codes
+
+    monkeypatch.setattr(store, "encode_embeddings", upsert_during_encoding)
+    assert index.backfill_ranks(store, missing) == 0
+    assert 5 not in store  # scored exactly, rather than from the old text's ranks
+
+
+def test_documents_past_the_budget_and_other_anchors_are_scored_exactly(
+    corpus, tmp_path: Path
+) -> None:
+    docs, anchors, queries = corpus
+    budget = 700 * len(anchors)  # 700 rows of 8-bit codes
+    store = store_for(anchors, tmp_path, 8, budget=budget)
+    index = filled_index(docs[:700], store)
+    index.upsert(np.arange(700, 3000), docs[700:])
+    assert len(store) == store.capacity == 700
+    query = torch.from_numpy(queries[0])
+    exact = index.search(query, anchors, top_k=50, candidates=200, lambda_inf=LAMBDA)
+    for key in (KEY, "other-anchors"):
+        hits = index.search(
+            query, anchors, top_k=50, candidates=200, lambda_inf=LAMBDA, anchors_key=key
+        )
+        stored = np.array([doc_id in store for doc_id in hits.ids.tolist()])
+        truth = dict(zip(exact.ids.tolist(), exact.rank.tolist(), strict=True))
+        for doc_id, rank, was_stored in zip(hits.ids.tolist(), hits.rank, stored, strict=True):
+            if doc_id in truth and (key != KEY or not was_stored):
+                assert rank == pytest.approx(truth[doc_id], abs=1e-6)
+
+
+def test_the_store_is_an_unnamed_file_that_grows_past_its_first_map(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    anchors = torch.from_numpy(clustered(rng, np.eye(DIM), 16))
+    store = store_for(anchors, tmp_path, 4)
+    vectors = clustered(rng, np.eye(DIM), 3000)
+    assert store.put(np.arange(3000), store.encode_embeddings(vectors)) == 3000
+    assert store.bytes_mapped >= 3000 * 8
+    assert list(tmp_path.iterdir()) == []  # nothing to clean up after a crash
+    _, codes = store.gather(np.array([2999, 0]))
+    np.testing.assert_array_equal(codes, store.encode_embeddings(vectors[[2999, 0]]))
+    store.close()
+
+
+@pytest.mark.parametrize("bits", [8, 4])
+def test_without_numba_the_codes_score_the_same(
+    corpus, bits: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    docs, anchors, queries = corpus
+    codec = RankCodec(len(anchors) - 1, bits)  # an odd M: a 4-bit pad column
+    anchors = anchors[:-1]
+    codes = codec.encode(anchor_ranks(torch.from_numpy(docs[:50]), anchors).numpy())
+    z = rank_vectors(torch.from_numpy(queries[:1]), anchors)[0]
+    compiled = codec.similarity(codes, z)
+    monkeypatch.setattr(rank_codes, "_kernels", lambda: None)
+    torch.testing.assert_close(codec.similarity(codes, z), compiled, atol=1e-6, rtol=0)

@@ -1,0 +1,136 @@
+"""Search with precomputed ranks (RANKSERVE_PRECOMPUTED_RANKS) in the service, the store kept
+in step with writes and anchors, and rescoring that does not wait for the encoder thread."""
+
+import asyncio
+import csv
+import dataclasses
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from core.settings import DATA_DIR
+from models.anchors import AnchorSet
+from models.index import IndexConfig, SearchIndex
+from service.corpus.index_state import IndexState
+from service.corpus.rank_sync import RankStoreSync
+from service.engine import Engine
+from tests.service.conftest import Server, make_settings
+from tests.service.corpus_helpers import api, corpus_server, wait_until
+from tests.service.test_search import QUERY, brute_force
+
+
+@pytest.fixture(scope="module")
+def sentences() -> list[str]:
+    with (DATA_DIR / "senteval" / "SICK" / "SICK_trial.txt").open(encoding="utf-8") as handle:
+        rows = csv.DictReader(handle, delimiter="\t")
+        texts = [text for row in rows for text in (row["sentence_A"], row["sentence_B"])]
+    return list(dict.fromkeys(texts))[:60]
+
+
+@pytest.fixture(scope="module")
+def server(
+    engine: Engine, tmp_path_factory: pytest.TempPathFactory, sentences: list[str]
+) -> Iterator[Server]:
+    var_dir = tmp_path_factory.mktemp("ranks-var")
+    with corpus_server(engine, var_dir, precomputed_ranks="8bit") as running:
+        documents = [{"id": f"s{i:02d}", "text": text} for i, text in enumerate(sentences)]
+        with api(running) as client:
+            assert client.post("/documents", json={"documents": documents}).status_code == 200
+        yield running
+
+
+def rank_store_size(server: Server) -> int:
+    state = server.app.state.corpus.state
+    store = state.index.rank_store if state is not None else None
+    return -1 if store is None else len(store)
+
+
+def test_search_from_precomputed_ranks_matches_brute_force(
+    server: Server, engine: Engine, sentences: list[str]
+) -> None:
+    wait_until(lambda: rank_store_size(server) == len(sentences))
+    with api(server) as client:
+        body = client.post(
+            "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": 1.0}
+        ).json()
+    reference = brute_force(engine.encoder, engine.anchors, sentences, QUERY, 1.0)
+    scores = np.array([hit["score"] for hit in body["hits"]])
+    # lambda = 1: the scores are the rank similarities alone, from 8-bit codes (M = 512 here).
+    np.testing.assert_allclose(scores, np.sort(reference)[::-1][:10], atol=2e-3)
+
+
+def test_writes_keep_the_rank_store_in_step(server: Server, sentences: list[str]) -> None:
+    wait_until(lambda: rank_store_size(server) == len(sentences))
+    with api(server) as client:
+        added = {"id": "extra", "text": "A cat sleeps on the warm windowsill"}
+        assert client.post("/documents", json={"documents": [added]}).status_code == 200
+        assert rank_store_size(server) == len(sentences) + 1
+        assert client.delete("/documents/extra").status_code == 200
+        assert rank_store_size(server) == len(sentences)
+
+
+def test_rescoring_runs_while_the_encoder_thread_is_busy(server: Server, engine: Engine) -> None:
+    corpus = server.app.state.corpus
+    state = corpus.ready_state(engine)
+    query = engine.encoder.encode([QUERY])[0]  # (dim,)
+    release = threading.Event()
+
+    async def search_while_encoder_blocked() -> int:
+        batcher = server.services.batcher
+        blocker = asyncio.ensure_future(batcher.run(release.wait, 30))
+        hits = await corpus.search(
+            engine, state, query, top_k=5, candidates=20, lambda_inf=0.1, where=None
+        )
+        assert not blocker.done()  # the encoder thread was busy the whole time
+        release.set()
+        await blocker
+        return len(hits)
+
+    future = asyncio.run_coroutine_threadsafe(search_while_encoder_blocked(), server.loop)
+    try:
+        assert future.result(timeout=20) == 5
+    finally:
+        release.set()
+
+
+def engine_with(engine: Engine, anchors: AnchorSet) -> Engine:
+    return dataclasses.replace(engine, anchors=anchors)
+
+
+async def test_a_store_follows_the_anchors_and_the_encoder(
+    engine: Engine, sentences: list[str], tmp_path: Path
+) -> None:
+    sync = RankStoreSync(make_settings(tmp_path, precomputed_ranks="4bit"))
+    index = SearchIndex(engine.dim, IndexConfig(use_gpu=False))
+    index.upsert(np.arange(len(sentences)), engine.encoder.encode(sentences))
+    state = IndexState(index, engine.encoder.checksum, {})
+    await sync.ensure(engine, state)
+    first = index.rank_store
+    assert first is not None and first.anchors_key == engine.anchors.key
+    await sync.ensure(engine, state)
+    assert index.rank_store is first  # same anchors: kept
+    half = engine.anchors.embeddings[:256]  # other anchors, as a new document sample would be
+    others = AnchorSet(
+        engine.anchors.texts[:256], half, "other-texts", engine.anchors.encoder_checksum
+    )
+    await sync.ensure(engine_with(engine, others), state)
+    second = index.rank_store
+    assert second is not first and second is not None and second.anchors_key == others.key
+    assert second.codec.m == 256
+    for _ in range(200):  # the backfill runs in the background
+        if len(second) == len(sentences):
+            break
+        await asyncio.sleep(0.05)
+    assert len(second) == len(sentences)
+    # A new encoder is the follower's to rebuild for; no store for the old index meanwhile.
+    stale = IndexState(index, "another-encoder", {})
+    await sync.ensure(engine, stale)
+    assert index.rank_store is second
+    sync.stop()
+    plain = SearchIndex(engine.dim, IndexConfig(use_gpu=False))
+    off = RankStoreSync(make_settings(tmp_path))  # the default: exact ranks only
+    await off.ensure(engine, IndexState(plain, engine.encoder.checksum, {}))
+    assert plain.rank_store is None

@@ -387,7 +387,7 @@ class DocumentStore:
 def _change(entry_id: str, fields: dict[str, str]) -> Change:
     return Change(
         revision=int(entry_id.split("-")[0]),
-        op=fields["op"],  # type: ignore[arg-type]  # the scripts write only upsert|delete
+        op=fields["op"],  # the scripts write only upsert or delete
         id=fields["id"],
         number=int(fields["number"]),
     )

@@ -17,7 +17,8 @@ MODEL_VERSION_HEADER = "X-Model-Version"
 SCOPE_MODEL_VERSION = "rankserve.model_version"
 NO_MODEL = "none"
 
-_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+# Up to a full request: one of more texts than a batch (up to 2,048) is an encoder call alone.
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 _WAIT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 

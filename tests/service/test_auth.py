@@ -10,6 +10,7 @@ DATA_CALLS = [
     ("/encode", {"texts": ["x"]}),
     ("/similarity", {"pairs": [["x", "y"]]}),
     ("/v1/embeddings", {"input": "x"}),
+    ("/rerank", {"query": "x", "texts": ["y"]}),
 ]
 
 

@@ -28,6 +28,7 @@ from core.redis_clients import sync_redis
 from core.redis_keys import RedisKeys
 from service.engine import Engine
 from tests.service.corpus_helpers import api, corpus_server, free_port, search_ids, wait_until
+from worker.runner import build_worker
 
 pytestmark = [
     pytest.mark.slow,
@@ -295,5 +296,9 @@ def test_a_failover_loses_no_acknowledged_write(
             queue: Queue = retrain_queue(connection, RedisKeys(settings.redis_prefix))
             assert job_id in queue.get_job_ids()
             assert connection.connection_pool.get_master_address()[1] == cluster.replica_port
+            # `rankserve worker`'s RQ worker, on the same Sentinel settings, works through the
+            # new master (an empty queue of its own: a retrain job would train here).
+            empty = settings.model_copy(update={"redis_prefix": f"{settings.redis_prefix}-w"})
+            assert build_worker(empty, connection).work(burst=True) is False
         finally:
             connection.close()

@@ -26,7 +26,7 @@ import copy
 import logging
 import sys
 from asyncio import TimerHandle
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import httptools
@@ -56,6 +56,8 @@ _LINGER_S = 2.0
 _HEAD_END = b"\r\n\r\n"  # llhttp rejects bare LF line ends, so this is the only terminator
 # uvicorn's exit status when the server did not start (uvicorn.main.STARTUP_FAILURE).
 _STARTUP_FAILURE = 3
+# The uvicorn.Config attribute that carries the limits to the protocol, as plain values.
+_LIMITS_ATTRIBUTE = "rankserve_server_limits"
 
 
 @dataclass(frozen=True)
@@ -99,9 +101,11 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        limits = getattr(config, "server_limits", None)
+        limits = getattr(config, _LIMITS_ATTRIBUTE, None)
         # Run by plain uvicorn (`--http service.server:HardenedHttpProtocol`): the environment's.
-        self.limits: ServerLimits = limits or ServerLimits.from_settings(get_settings())
+        self.limits = (
+            ServerLimits(**limits) if limits else ServerLimits.from_settings(get_settings())
+        )
         # uvicorn arms this after each response; connection_made arms it for a new connection.
         self.timeout_keep_alive = self.limits.keep_alive_timeout_s  # type: ignore[assignment]
         self._in_head = True  # from the end of a body (or the start) to the end of headers
@@ -353,15 +357,6 @@ class HardenedHttpProtocol(HttpToolsProtocol):
         self._head_timer = self._body_timer = None
 
 
-class ServerConfig(uvicorn.Config):
-    """uvicorn's Config plus the limits the protocol enforces. It is pickled whole into each
-    worker process (`workers` > 1), so the limits travel with it."""
-
-    def __init__(self, app: Any, *, limits: ServerLimits, **options: Any) -> None:
-        self.server_limits = limits
-        super().__init__(app, http=HardenedHttpProtocol, **options)
-
-
 def log_config(level: str) -> dict[str, Any]:
     """uvicorn's logging, plus the service's own loggers, with each line's request id."""
     config = copy.deepcopy(LOGGING_CONFIG)
@@ -385,23 +380,28 @@ def log_config(level: str) -> dict[str, Any]:
     return config
 
 
-def server_config(app: Any, settings: Settings, **options: Any) -> ServerConfig:
+def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Config:
     """The one uvicorn configuration, for `rankserve serve` and the tests' servers alike.
 
     `app` is an ASGI app, or an import string (with `factory=True`) when `workers` > 1;
     `options` are uvicorn's (host, port, workers, log_level, ...).
     """
     level = str(options.pop("log_level", "info"))
-    return ServerConfig(
+    config = uvicorn.Config(
         app,
-        limits=ServerLimits.from_settings(settings),
+        # Names, not objects: with several workers the config is pickled into each process,
+        # which must answer the supervisor's health checks (within 5 s) before it imports
+        # this module, the app and torch; uvicorn imports the protocol after that.
+        http=f"{__name__}:{HardenedHttpProtocol.__name__}",
         log_config=log_config(level),
         log_level=level,
         **options,
     )
+    setattr(config, _LIMITS_ATTRIBUTE, asdict(ServerLimits.from_settings(settings)))
+    return config
 
 
-def run_server(config: ServerConfig) -> None:
+def run_server(config: uvicorn.Config) -> None:
     """What `uvicorn.run` does with the Config it builds: one process, or a supervisor over
     `config.workers` processes sharing one socket (each loads the app itself)."""
     if config.workers > 1:

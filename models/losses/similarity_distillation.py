@@ -21,12 +21,17 @@ terms when `self_columns` names it.
 """
 
 import torch
+from sentence_transformers import SentenceTransformer
+from torch import nn
+
+from models.losses.encoding import embed
 
 DEFAULT_ALPHA = 0.67  # weight of the strong teacher (all-mpnet-base-v2) in S^T
 DEFAULT_TAU = 0.05  # temperature of both top-one distributions
 DEFAULT_KL_WEIGHT = 1.0
 DEFAULT_MSE_WEIGHT = 10.0
 DEFAULT_TOP_K = 64  # target neighbours per row whose cosine values the MSE matches
+DEFAULT_RANDOM_COLUMNS = 1024  # random reference columns per step added to the MSE
 
 _MASKED = -1e9  # logit given to excluded columns before a softmax
 
@@ -116,3 +121,79 @@ def similarity_distillation(
     if mse_weight:
         loss = loss + mse_weight * neighbour_mse(student, target, excluded, top_k, extra_columns)
     return loss
+
+
+class SimilarityDistillationLoss(nn.Module):
+    """similarity_distillation of each batch against every training sentence.
+
+    The reference set is the whole training text: a table of the student's own embeddings,
+    started from the frozen parent's and refreshed (detached) with each batch's live rows, so
+    every row of the target is a list of N similarities, not the batch's B. The target mixes
+    the teacher's and the frozen parent's cosines (mix_teachers), both from embeddings computed
+    once before training (models/training/signals.py caches them).
+
+    Example: `SimilarityDistillationLoss(model, teacher, parent)(texts, rows).backward()` with
+    `rows` the indices of `texts` in the training text.
+    """
+
+    def __init__(
+        self,
+        model: SentenceTransformer,
+        teacher: torch.Tensor,
+        parent: torch.Tensor,
+        *,
+        alpha: float = DEFAULT_ALPHA,
+        tau: float = DEFAULT_TAU,
+        kl_weight: float = DEFAULT_KL_WEIGHT,
+        mse_weight: float = DEFAULT_MSE_WEIGHT,
+        top_k: int = DEFAULT_TOP_K,
+        random_columns: int = DEFAULT_RANDOM_COLUMNS,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if teacher.shape[0] != parent.shape[0]:
+            raise ValueError("teacher and parent must embed the same training sentences")
+        self.model = model
+        self.teacher = torch.nn.functional.normalize(teacher.float(), dim=-1)  # (N, d_t)
+        self.parent = torch.nn.functional.normalize(parent.float(), dim=-1)  # (N, d)
+        self.table = self.parent.clone()  # (N, d) the student's own, refreshed per batch
+        self.alpha = alpha
+        self.tau = tau
+        self.kl_weight = kl_weight
+        self.mse_weight = mse_weight
+        self.top_k = top_k
+        self.random_columns = random_columns
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def forward(self, texts: list[str], rows: torch.Tensor) -> torch.Tensor:
+        rows = rows.to(torch.long).cpu()  # (B,)
+        with torch.no_grad():
+            target = mix_teachers(
+                self.teacher[rows] @ self.teacher.T,  # (B, N)
+                self.parent[rows] @ self.parent.T,  # (B, N)
+                self.alpha,
+            )
+        batch = torch.nn.functional.normalize(embed(self.model, texts), dim=-1)  # (B, d)
+        device = batch.device
+        reference = self.table.to(device).index_put((rows.to(device),), batch)  # (N, d)
+        extra = None
+        if self.random_columns > 0:
+            columns = torch.randint(
+                0, len(self.table), (self.random_columns,), generator=self.generator
+            )
+            extra = torch.zeros(target.shape, dtype=torch.bool)  # (B, N)
+            extra[:, columns] = True
+            extra = extra.to(device)
+        loss = similarity_distillation(
+            batch,
+            reference,
+            target.to(device),
+            self_columns=rows.to(device),
+            extra_columns=extra,
+            tau=self.tau,
+            kl_weight=self.kl_weight,
+            mse_weight=self.mse_weight,
+            top_k=self.top_k,
+        )
+        self.table[rows] = batch.detach().to(self.table.device)
+        return loss

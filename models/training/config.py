@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.losses import similarity_distillation as distill
 from models.losses.infonce import DEFAULT_TEMPERATURE
 from models.losses.listnet import DEFAULT_TAU_STUDENT, DEFAULT_TAU_TEACHER
 from models.losses.mnrl import DEFAULT_SCALE
@@ -50,6 +51,15 @@ class TrainConfig(BaseModel):
     alpha: float = Field(default=DEFAULT_ALPHA, ge=0, le=1, description="weight of teacher 1")
     beta: float = Field(default=DEFAULT_BETA, ge=0)
     gamma: float = Field(default=DEFAULT_GAMMA, ge=0)
+    # Similarity distillation (models/losses/similarity_distillation.py).
+    distill_alpha: float = Field(
+        default=distill.DEFAULT_ALPHA, ge=0, le=1, description="teacher's weight"
+    )
+    distill_tau: float = Field(default=distill.DEFAULT_TAU, gt=0)
+    distill_kl_weight: float = Field(default=distill.DEFAULT_KL_WEIGHT, ge=0)
+    distill_mse_weight: float = Field(default=distill.DEFAULT_MSE_WEIGHT, ge=0)
+    distill_top_k: int = Field(default=distill.DEFAULT_TOP_K, ge=0)
+    distill_random_columns: int = Field(default=distill.DEFAULT_RANDOM_COLUMNS, ge=0)
     # MNRL.
     mnrl_scale: float = Field(default=DEFAULT_SCALE, gt=0)
     hard_negatives: bool = True

@@ -11,6 +11,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+import torch
 from sentence_transformers import SentenceTransformer
 from torch import nn
 
@@ -18,6 +19,7 @@ from models.losses.infonce import InfoNCELoss
 from models.losses.mnrl import MNRLLoss
 from models.losses.rankcse import Listwise, RankCSELoss
 from models.losses.rankencoder import RankEncoderLoss
+from models.losses.similarity_distillation import SimilarityDistillationLoss
 from models.training.config import TrainConfig
 
 
@@ -27,6 +29,7 @@ class Method(StrEnum):
     RANKCSE_LISTNET = "rankcse-listnet"
     RANKCSE_LISTMLE = "rankcse-listmle"
     MNRL = "mnrl"
+    SIMILARITY_DISTILLATION = "similarity-distillation"
 
 
 class DataKind(StrEnum):
@@ -38,13 +41,23 @@ class SignalKind(StrEnum):
     NONE = "none"
     COSINE = "cosine"  # the teacher's in-batch cosine matrices (RankCSE S^T)
     RANK = "rank"  # the teacher's in-batch rank-vector similarities (RankEncoder u_i.u_j)
+    EMBEDDINGS = "embeddings"  # teacher's and parent's embeddings of the whole training text
 
 
 class UnknownMethodError(ValueError):
     pass
 
 
-LossFactory = Callable[[SentenceTransformer, TrainConfig], nn.Module]
+@dataclass(frozen=True)
+class EmbeddingSignals:
+    """Unit embeddings of every training sentence, computed once before training."""
+
+    teacher: torch.Tensor  # (N, d_t)
+    parent: torch.Tensor  # (N, d) the frozen starting point of the student
+
+
+# (student, config, embeddings for SignalKind.EMBEDDINGS methods, else None) -> the loss.
+LossFactory = Callable[[SentenceTransformer, TrainConfig, EmbeddingSignals | None], nn.Module]
 
 
 @dataclass(frozen=True)
@@ -61,7 +74,9 @@ class MethodSpec:
 
 
 def _rankcse(listwise: Listwise) -> LossFactory:
-    def build(model: SentenceTransformer, config: TrainConfig) -> nn.Module:
+    def build(
+        model: SentenceTransformer, config: TrainConfig, _: EmbeddingSignals | None
+    ) -> nn.Module:
         return RankCSELoss(
             model,
             listwise,
@@ -76,7 +91,28 @@ def _rankcse(listwise: Listwise) -> LossFactory:
     return build
 
 
-def _rankencoder(model: SentenceTransformer, config: TrainConfig) -> nn.Module:
+def _similarity_distillation(
+    model: SentenceTransformer, config: TrainConfig, signals: EmbeddingSignals | None
+) -> nn.Module:
+    if signals is None:
+        raise ValueError("similarity distillation needs the teacher's and parent's embeddings")
+    return SimilarityDistillationLoss(
+        model,
+        signals.teacher,
+        signals.parent,
+        alpha=config.distill_alpha,
+        tau=config.distill_tau,
+        kl_weight=config.distill_kl_weight,
+        mse_weight=config.distill_mse_weight,
+        top_k=config.distill_top_k,
+        random_columns=config.distill_random_columns,
+        seed=config.seed,
+    )
+
+
+def _rankencoder(
+    model: SentenceTransformer, config: TrainConfig, _: EmbeddingSignals | None
+) -> nn.Module:
     return RankEncoderLoss(
         model,
         temperature=config.temperature,
@@ -97,7 +133,7 @@ _SIMCSE_PAPER = {"batch_size": 64, "learning_rate": 3e-5, "warmup_ratio": 0.0}
 METHODS: Mapping[Method, MethodSpec] = MappingProxyType(
     {
         Method.SIMCSE: MethodSpec(
-            loss=lambda model, config: InfoNCELoss(model, config.temperature),
+            loss=lambda model, config, _: InfoNCELoss(model, config.temperature),
             data=DataKind.SENTENCES,
             signal=SignalKind.NONE,
             teachers=(0, 0),
@@ -125,11 +161,22 @@ METHODS: Mapping[Method, MethodSpec] = MappingProxyType(
             paper=_RANKCSE_PAPER,
         ),
         Method.MNRL: MethodSpec(
-            loss=lambda model, config: MNRLLoss(model, config.mnrl_scale),
+            loss=lambda model, config, _: MNRLLoss(model, config.mnrl_scale),
             data=DataKind.NLI_TRIPLES,
             signal=SignalKind.NONE,
             teachers=(0, 0),
             paper={"batch_size": 12, "learning_rate": 2e-5, "warmup_ratio": 0.1},
+        ),
+        # Ours: RankCSE's multi-teacher mixing with the frozen parent as teacher 2, distilled as
+        # similarity lists against the whole training text (models/losses/
+        # similarity_distillation.py). No paper setting of its own: the paper preset is
+        # RankCSE's batch and schedule.
+        Method.SIMILARITY_DISTILLATION: MethodSpec(
+            loss=_similarity_distillation,
+            data=DataKind.SENTENCES,
+            signal=SignalKind.EMBEDDINGS,
+            teachers=(1, 1),
+            paper=_RANKCSE_PAPER,
         ),
     }
 )

@@ -25,12 +25,17 @@ from tqdm.auto import tqdm
 from transformers import get_linear_schedule_with_warmup
 
 from models.atomic import atomic_write, atomic_write_json
-from models.encoder import load_encoder
+from models.encoder import Encoder, load_encoder
 from models.training.config import TrainConfig
 from models.training.data import TrainingData, load_sentences, load_triples
 from models.training.dev_eval import DevSetup, evaluate_dev
-from models.training.methods import Method, SignalKind, method_spec
-from models.training.signals import batch_schedule, cosine_signals, rank_signals
+from models.training.methods import EmbeddingSignals, Method, SignalKind, method_spec
+from models.training.signals import (
+    batch_schedule,
+    cosine_signals,
+    encode_cached,
+    rank_signals,
+)
 
 METADATA_FILE = "training.json"
 RESUME_DIR = ".resume"
@@ -95,6 +100,26 @@ def _teacher_signals(
     return (torch.stack(signals) if signals else None), records  # (T, steps, B, B)
 
 
+def _embedding_signals(
+    teachers: list[Path | None],
+    parent: Encoder,
+    data: TrainingData,
+    config: TrainConfig,
+    cache_dir: Path,
+) -> tuple[EmbeddingSignals, list[dict[str, str]]]:
+    """The teacher's and the parent's embeddings of every training sentence (cached)."""
+    if len(teachers) != 1:
+        raise ValueError(f"similarity distillation takes one teacher, got {len(teachers)}")
+    (path,) = teachers
+    teacher = load_encoder(path, device=config.device)
+    record = {"name": teacher.name, "path": str(teacher.path), "checksum": teacher.checksum}
+    signals = EmbeddingSignals(
+        teacher=encode_cached(teacher, data.sentences, cache_dir),  # (N, d_t)
+        parent=encode_cached(parent, data.sentences, cache_dir),  # (N, d)
+    )
+    return signals, [record]
+
+
 def _fingerprint(**parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -134,16 +159,21 @@ def train(
     if config.max_steps is not None:
         schedule = schedule[: config.max_steps]
     total_steps = len(schedule)
-    signals, teacher_records = _teacher_signals(
-        method, teachers, data, schedule, config, cache_dir, dev.anchor_corpus
-    )
 
     parent = load_encoder(base, device=config.device)
+    embeddings: EmbeddingSignals | None = None
+    if spec.signal is SignalKind.EMBEDDINGS:
+        signals = None
+        embeddings, teacher_records = _embedding_signals(teachers, parent, data, config, cache_dir)
+    else:
+        signals, teacher_records = _teacher_signals(
+            method, teachers, data, schedule, config, cache_dir, dev.anchor_corpus
+        )
     parent_record = {"name": parent.name, "path": str(parent.path), "checksum": parent.checksum}
     model = parent.model
     serving_length = model.max_seq_length
     model.max_seq_length = config.max_seq_length
-    loss_fn = spec.loss(model, config)
+    loss_fn = spec.loss(model, config, embeddings)
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
@@ -170,6 +200,8 @@ def train(
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["torch_rng"])
+        if state.get("loss_table") is not None:
+            loss_fn.table.copy_(state["loss_table"])
         start, last_loss = state["step"], state["loss"]
 
     def checkpoint(step: int) -> None:
@@ -183,6 +215,8 @@ def train(
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
                 "torch_rng": torch.get_rng_state(),
+                # A loss with state of its own (similarity distillation's memory table).
+                "loss_table": getattr(loss_fn, "table", None),
             },
         )
 
@@ -200,6 +234,8 @@ def train(
             batch = [data.triples[i] for i in rows]
             negatives = [t.negative or "" for t in batch] if config.hard_negatives else None
             loss = loss_fn([t.anchor for t in batch], [t.positive for t in batch], negatives)
+        elif spec.signal is SignalKind.EMBEDDINGS:
+            loss = loss_fn([data.sentences[i] for i in rows], schedule[step])
         elif signals is None:
             loss = loss_fn([data.sentences[i] for i in rows])
         else:

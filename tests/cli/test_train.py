@@ -79,6 +79,7 @@ def write_config(path: Path, dev_copy: Path, **extra: object) -> Path:
         ("rankcse-listnet", "default,default"),
         ("rankcse-listmle", "default"),
         ("mnrl", None),
+        ("similarity-distillation", "default"),
     ],
 )
 def test_every_method_trains_end_to_end(isolated, dev_copy, tmp_path, method, teacher):

@@ -81,7 +81,12 @@ def test_exported_encoder_keeps_order_norms_and_empty_input(
     texts = ["short", "a considerably longer sentence about rivers and mountains", "mid length"]
     batch = encoder.encode(texts, batch_size=2)
     singles = torch.cat([encoder.encode([t]) for t in texts])
-    torch.testing.assert_close(batch, singles, atol=2e-3, rtol=0)
+    if backend == Backend.ONNX_INT8:
+        # Dynamic int8 scales activations per tensor, so per batch: batch mates move a row a
+        # little (about 0.03 per element), never its direction.
+        assert (batch * singles).sum(dim=1).min() > 0.99
+    else:
+        torch.testing.assert_close(batch, singles, atol=2e-3, rtol=0)
     assert batch.dtype == torch.float32 and batch.shape == (3, 384)
     torch.testing.assert_close(batch.norm(dim=1), torch.ones(3), atol=1e-5, rtol=0)
     assert encoder.encode([]).shape == (0, 384)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from models.losses.similarity_distillation import (
+    SimilarityDistillationLoss,
     list_kl,
     mix_teachers,
     neighbour_mse,
@@ -152,3 +153,25 @@ def test_similarity_distillation_gradient_reaches_both_sides():
 def test_similarity_distillation_refuses_mismatched_target():
     with pytest.raises(ValueError):
         similarity_distillation(t(unit(2)), t(unit(3)), t(np.zeros((2, 4))))
+
+
+def test_the_loss_module_lists_against_every_sentence_and_refreshes_its_table(encoder):
+    texts = ["a cat sits .", "a dog runs .", "stocks fell .", "rain is coming .", "he sings ."]
+    generator = torch.Generator().manual_seed(0)
+    # Parent rows unlike the encoder's own embeddings, so a refreshed row is recognisable.
+    parent = torch.nn.functional.normalize(torch.randn(5, 384, generator=generator), dim=-1)
+    teacher = torch.nn.functional.normalize(torch.randn(5, 16, generator=generator), dim=-1)
+    loss_fn = SimilarityDistillationLoss(encoder.model, teacher, parent, random_columns=2)
+    torch.testing.assert_close(loss_fn.table, parent)
+    rows = torch.tensor([1, 3])
+    loss = loss_fn([texts[1], texts[3]], rows)
+    loss.backward()
+    grads = [p.grad for p in encoder.model.parameters() if p.grad is not None]
+    encoder.model.zero_grad(set_to_none=True)
+    assert loss.item() > 0 and any(g.abs().sum() > 0 for g in grads)
+    # The batch's rows now hold the student's own embeddings of those texts, detached; the
+    # other rows keep the parent's.
+    fresh = encoder.encode([texts[1], texts[3]]).cpu()
+    torch.testing.assert_close(loss_fn.table[rows], fresh, atol=1e-5, rtol=0)
+    torch.testing.assert_close(loss_fn.table[[0, 2, 4]], parent[[0, 2, 4]])
+    assert not loss_fn.table.requires_grad

@@ -4,8 +4,9 @@ checkpoint: what the API, the worker and the CLI each load the same way."""
 from pathlib import Path
 
 from core.backend_choice import choose_backend, encoder_for
-from core.registry import BundleStore, LoadedBundle
+from core.registry import BundleStore
 from core.settings import Settings
+from core.store_types import LoadedBundle
 from core.threads import apply_thread_policy
 from models.anchors import AnchorSet, load_anchor_set
 from models.encoder import Encoder

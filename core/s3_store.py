@@ -56,8 +56,9 @@ from core.bundle_manifest import (
     CorruptBundleError,
     Manifest,
 )
-from core.registry import TMP_PREFIX, BundleStore, JobCheckpoints
+from core.registry import TMP_PREFIX, BundleStore
 from core.settings import Settings
+from core.store_types import JobCheckpoints
 from models.atomic import atomic_write, fsync_directory
 from models.checksums import sha256_file
 from models.training.trainer import RESUME_DIR

@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from core.registry import CorpusSnapshot
+from core.store_types import CorpusSnapshot
 from models.anchors import AnchorSet
 from service.engine import Engine, EngineHolder
 from service.metrics import Metrics

@@ -38,8 +38,9 @@ from core.jobs import retrain_queue
 from core.loading import settings_bundle
 from core.redis_clients import async_redis, sync_redis
 from core.redis_keys import RedisKeys
-from core.registry import BundleStore, LoadedBundle
+from core.registry import BundleStore
 from core.settings import Settings
+from core.store_types import LoadedBundle
 from core.stores import open_store
 from core.versions import active_version, last_loaded
 from service.background import background_task

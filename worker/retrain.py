@@ -45,8 +45,9 @@ from core.loading import (
 )
 from core.redis_clients import async_redis, sync_redis
 from core.redis_keys import RedisKeys
-from core.registry import BundleStore, CorpusSnapshot
+from core.registry import BundleStore
 from core.settings import Settings, get_settings
+from core.store_types import CorpusSnapshot
 from core.stores import open_store
 from core.versions import activate, active_version
 from models.anchors import AnchorSet, build_anchor_set

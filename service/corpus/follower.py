@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 import numpy as np
 
 from core.documents import Change, ChangeLogGapError, DocumentStore, StoreUnavailableError
-from core.registry import CorpusSnapshot
 from core.settings import Settings
+from core.store_types import CorpusSnapshot
 from models.index import IndexConfig
 from service.batching import QueueFullError
 from service.corpus.anchor_sync import AnchorSync

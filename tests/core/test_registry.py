@@ -24,7 +24,8 @@ from core.bundle_manifest import (
     ReportNotFoundError,
     validate_version,
 )
-from core.registry import BundleStore, CorpusSnapshot
+from core.registry import BundleStore
+from core.store_types import CorpusSnapshot
 from models.anchors import AnchorSet
 from models.checksums import sha256_directory, sha256_file
 from models.encoder import Encoder

@@ -30,9 +30,10 @@ from core.bundle_manifest import (
     BundleStoreUnavailableError,
     CorruptBundleError,
 )
-from core.registry import TMP_PREFIX, BundleStore, CorpusSnapshot, JobCheckpoints, ModelStore
+from core.registry import TMP_PREFIX, BundleStore
 from core.s3_store import RESUME_STATE, SHA256_METADATA, S3BundleStore, S3Location, s3_client
 from core.settings import Settings
+from core.store_types import CorpusSnapshot, JobCheckpoints, ModelStore
 from core.stores import open_store
 from models.anchors import AnchorSet
 from models.checksums import sha256_file

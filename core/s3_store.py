@@ -30,19 +30,12 @@ import hashlib
 import logging
 import os
 import shutil
-import time
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
-from urllib.parse import urlparse
 
-import boto3
-from boto3.exceptions import S3UploadFailedError
 from boto3.s3.transfer import TransferConfig
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from core.bundle_manifest import (
@@ -57,81 +50,16 @@ from core.bundle_manifest import (
     Manifest,
 )
 from core.registry import TMP_PREFIX, BundleStore
+from core.s3_checkpoints import S3JobCheckpoints
+from core.s3_client import S3_ERRORS, S3Location, error_code, is_not_found, s3_client, unavailable
 from core.settings import Settings
 from core.store_types import JobCheckpoints
-from models.atomic import atomic_write, fsync_directory
-from models.checksums import sha256_file
-from models.training.trainer import RESUME_DIR
+from models.atomic import fsync_directory
 
 logger = logging.getLogger(__name__)
 
-RESUME_STATE = f"{RESUME_DIR}/state.pt"  # what models/training/trainer.py resumes from
-SHA256_METADATA = "sha256"  # x-amz-meta-sha256 of an uploaded checkpoint
 _CHUNK = 1024 * 1024
 _MULTIPART = 64 * 1024 * 1024  # parts of large uploads (encoder weights, corpus.npy)
-_SAVE_BACKOFF_S = 60.0  # after a failed checkpoint upload, training goes on this long first
-_NOT_FOUND = frozenset({"404", "NoSuchKey", "NotFound"})
-# What a request that the store did not serve raises (connection, timeout, torn stream, an
-# error answer); anything else, such as a full local disk, is not the store's and propagates.
-_S3_ERRORS = (BotoCoreError, ClientError, S3UploadFailedError)
-
-
-@dataclass(frozen=True)
-class S3Location:
-    """`s3://bucket/prefix` split; `prefix` is empty or ends with one slash."""
-
-    bucket: str
-    prefix: str
-
-    @classmethod
-    def parse(cls, url: str) -> "S3Location":
-        parsed = urlparse(url)
-        if parsed.scheme != "s3" or not parsed.netloc or parsed.query or parsed.fragment:
-            raise ValueError(f"not an s3://bucket/prefix URL: {url!r}")
-        prefix = parsed.path.strip("/")
-        return cls(parsed.netloc, f"{prefix}/" if prefix else "")
-
-    def key(self, *parts: str) -> str:
-        return self.prefix + "/".join(parts)
-
-    def url(self, *parts: str) -> str:
-        return f"s3://{self.bucket}/{self.key(*parts)}"
-
-
-def s3_client(settings: Settings) -> Any:
-    """A boto3 S3 client as the settings describe it (endpoint, region, addressing, checksums)."""
-    config = Config(
-        request_checksum_calculation=settings.s3_checksums,
-        response_checksum_validation=settings.s3_checksums,
-        s3={"addressing_style": settings.s3_addressing_style},
-        retries={"max_attempts": 5, "mode": "standard"},
-        connect_timeout=10,
-        read_timeout=120,
-    )
-    # A session of its own: boto3's default session is not thread-safe to create clients from.
-    return boto3.session.Session().client(
-        "s3",
-        endpoint_url=settings.s3_endpoint_url,
-        region_name=settings.s3_region,
-        config=config,
-    )
-
-
-def _error_code(error: Exception) -> str | None:
-    response = getattr(error, "response", None)
-    if isinstance(response, dict):
-        return str(response.get("Error", {}).get("Code", "")) or None
-    return None
-
-
-def _is_not_found(error: Exception) -> bool:
-    return _error_code(error) in _NOT_FOUND
-
-
-def _unavailable(error: Exception, what: str) -> BundleStoreUnavailableError:
-    code = _error_code(error)
-    reason = f"{code}: {error}" if code else f"{type(error).__name__}: {error}"
-    return BundleStoreUnavailableError(f"object storage did not answer {what} ({reason})")
 
 
 def _safe_relative(version: str, name: str) -> PurePosixPath:
@@ -180,20 +108,20 @@ class S3BundleStore(BundleStore):
     def _key(self, version: str, name: str) -> str:
         return self.remote.key(BUNDLES_DIR, version, name)
 
-    def _list(self, prefix: str) -> list[dict[str, Any]]:
+    def list_objects(self, prefix: str) -> list[dict[str, Any]]:
         try:
             pages = self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.remote.bucket, Prefix=prefix
             )
             return [entry for page in pages for entry in page.get("Contents", [])]
-        except _S3_ERRORS as error:
-            raise _unavailable(error, f"listing {prefix!r}") from error
+        except S3_ERRORS as error:
+            raise unavailable(error, f"listing {prefix!r}") from error
 
     def versions(self) -> list[str]:
         """Versions with a manifest in the bucket, oldest first by the manifest's upload."""
         prefix = self.remote.key(BUNDLES_DIR, "")
         found = {}
-        for entry in self._list(prefix):
+        for entry in self.list_objects(prefix):
             version, _, name = entry["Key"][len(prefix) :].partition("/")
             if name == MANIFEST and VERSION_PATTERN.fullmatch(version):
                 found[version] = entry["LastModified"]
@@ -203,22 +131,22 @@ class S3BundleStore(BundleStore):
         self.path_for(version)
         try:
             self.client.head_object(Bucket=self.remote.bucket, Key=self._key(version, MANIFEST))
-        except _S3_ERRORS as error:
-            if _is_not_found(error):
+        except S3_ERRORS as error:
+            if is_not_found(error):
                 return False
-            raise _unavailable(error, f"for {version}") from error
+            raise unavailable(error, f"for {version}") from error
         return True
 
     def _remote_manifest(self, version: str) -> tuple[Manifest, bytes]:
         key = self._key(version, MANIFEST)
         try:
             raw = self.client.get_object(Bucket=self.remote.bucket, Key=key)["Body"].read()
-        except _S3_ERRORS as error:
-            if _is_not_found(error):
+        except S3_ERRORS as error:
+            if is_not_found(error):
                 raise BundleNotFoundError(
                     f"no bundle named {version!r} in {self.location}"
                 ) from None
-            raise _unavailable(error, f"for {version}'s manifest") from error
+            raise unavailable(error, f"for {version}'s manifest") from error
         return _parse_manifest(version, raw), raw
 
     def manifest(self, version: str) -> Manifest:
@@ -271,7 +199,7 @@ class S3BundleStore(BundleStore):
             return
         shutil.rmtree(doomed, ignore_errors=True)
 
-    def _download_object(self, key: str, handle: BinaryIO) -> str:
+    def download_object(self, key: str, handle: BinaryIO) -> str:
         """Stream one object into `handle`; its sha256."""
         digest = hashlib.sha256()
         try:
@@ -279,10 +207,10 @@ class S3BundleStore(BundleStore):
             for chunk in body.iter_chunks(_CHUNK):
                 digest.update(chunk)
                 handle.write(chunk)
-        except _S3_ERRORS as error:
-            if _is_not_found(error):
+        except S3_ERRORS as error:
+            if is_not_found(error):
                 raise CorruptBundleError(f"{key} is missing from the bucket") from None
-            raise _unavailable(error, f"downloading {key}") from error
+            raise unavailable(error, f"downloading {key}") from error
         return digest.hexdigest()
 
     def _download(self, version: str, manifest: Manifest, raw: bytes) -> None:
@@ -293,7 +221,7 @@ class S3BundleStore(BundleStore):
                 target = tmp.joinpath(*_safe_relative(version, name).parts)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with target.open("xb") as handle:
-                    got = self._download_object(self._key(version, name), handle)
+                    got = self.download_object(self._key(version, name), handle)
                     handle.flush()
                     os.fsync(handle.fileno())
                 if got != expected:
@@ -347,8 +275,8 @@ class S3BundleStore(BundleStore):
             key = self._key(version, name)
             try:
                 self.client.upload_file(str(root / name), bucket, key, Config=transfer)
-            except _S3_ERRORS as error:
-                raise _unavailable(error, f"uploading {key}") from error
+            except S3_ERRORS as error:
+                raise unavailable(error, f"uploading {key}") from error
         body = (root / MANIFEST).read_bytes()
         key = self._key(version, MANIFEST)
         try:
@@ -360,12 +288,12 @@ class S3BundleStore(BundleStore):
                 ContentType="application/json",
                 IfNoneMatch="*",
             )
-        except _S3_ERRORS as error:
-            code = _error_code(error)
+        except S3_ERRORS as error:
+            code = error_code(error)
             if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
                 raise BundleExistsError(f"bundle {version!r} appeared meanwhile") from error
             if code not in ("NotImplemented", "501"):
-                raise _unavailable(error, f"uploading {key}") from error
+                raise unavailable(error, f"uploading {key}") from error
             # Servers without conditional writes: the existence check above has to do.
             logger.warning(
                 "%s does not support If-None-Match; publishing %s unconditionally",
@@ -376,8 +304,8 @@ class S3BundleStore(BundleStore):
                 self.client.put_object(
                     Bucket=bucket, Key=key, Body=body, ContentType="application/json"
                 )
-            except _S3_ERRORS as retry_error:
-                raise _unavailable(retry_error, f"uploading {key}") from retry_error
+            except S3_ERRORS as retry_error:
+                raise unavailable(retry_error, f"uploading {key}") from retry_error
 
     def remove_stale_temporaries(self, older_than_s: float = 3600.0) -> list[Path]:
         """Local half-written folders (BundleStore's rule), and in the bucket the objects of
@@ -385,7 +313,7 @@ class S3BundleStore(BundleStore):
         removed = super().remove_stale_temporaries(older_than_s)
         prefix = self.remote.key(BUNDLES_DIR, "")
         by_version: dict[str, list[dict[str, Any]]] = {}
-        for entry in self._list(prefix):
+        for entry in self.list_objects(prefix):
             version = entry["Key"][len(prefix) :].partition("/")[0]
             by_version.setdefault(version, []).append(entry)
         cutoff = datetime.now(UTC) - timedelta(seconds=older_than_s)
@@ -393,117 +321,23 @@ class S3BundleStore(BundleStore):
             names = {entry["Key"].rsplit("/", 1)[-1] for entry in entries}
             if MANIFEST in names or max(e["LastModified"] for e in entries) >= cutoff:
                 continue
-            self._delete([entry["Key"] for entry in entries])
+            self.delete_objects([entry["Key"] for entry in entries])
             url = self.remote.url(BUNDLES_DIR, version)
             logger.warning("removed a half-published bundle: %s", url)
         return removed
 
-    def _delete(self, keys: list[str]) -> None:
+    def delete_objects(self, keys: list[str]) -> None:
         # One DeleteObject per key, not DeleteObjects: that call must carry a checksum, which
         # boto3 >= 1.36 sends as CRC32 where many MinIO and Ceph versions insist on
         # Content-MD5. Deletes are few (orphaned uploads, a finished job's checkpoint).
         for key in keys:
             try:
                 self.client.delete_object(Bucket=self.remote.bucket, Key=key)
-            except _S3_ERRORS as error:
-                raise _unavailable(error, f"deleting {key}") from error
+            except S3_ERRORS as error:
+                raise unavailable(error, f"deleting {key}") from error
 
     # -- retrain checkpoints -----------------------------------------------------------------
 
     def job_checkpoints(self, job_id: str) -> JobCheckpoints:
         path = self.job_dir(job_id)
         return S3JobCheckpoints(path, self, self.remote.key(JOBS_DIR, path.name, ""))
-
-
-def _signature(path: Path) -> tuple[int, int, int]:
-    """Identifies one version of a file that is only ever replaced by a rename."""
-    stat = path.stat()
-    return stat.st_ino, stat.st_mtime_ns, stat.st_size
-
-
-class S3JobCheckpoints(JobCheckpoints):
-    """A job's run folder on local disk, its resume checkpoint mirrored to the bucket.
-
-    The trainer replaces `.resume/state.pt` atomically every `save_every` steps. `save()`,
-    called after every step, uploads it when it changed since the last upload (a stat
-    otherwise), so the bucket holds a checkpoint at most one step behind the local one. A
-    retry on another pod calls `restore()`, which downloads it, checks its sha256, and puts it
-    where the trainer resumes from. An upload that fails is logged and tried again after a
-    while: it costs progress on a retry, never the job.
-    """
-
-    def __init__(self, path: Path, store: S3BundleStore, prefix: str) -> None:
-        super().__init__(path)
-        self.store = store
-        self.prefix = prefix  # "<prefix>/jobs/retrain-<job>/"
-        self._key = prefix + RESUME_STATE
-        self._url = f"s3://{store.remote.bucket}/{self._key}"
-        self._uploaded: tuple[int, int, int] | None = None
-        self._retry_at = 0.0
-
-    @property
-    def _state(self) -> Path:
-        return self.path / RESUME_STATE
-
-    def restore(self) -> Path:
-        state = self._state
-        if state.is_file():
-            # This pod ran the job before: its own checkpoint is at least as new as the
-            # bucket's, which was uploaded from it.
-            self._uploaded = _signature(state)
-            return self.path
-        client, bucket = self.store.client, self.store.remote.bucket
-        try:
-            head = client.head_object(Bucket=bucket, Key=self._key)
-        except _S3_ERRORS as error:
-            if _is_not_found(error):
-                return self.path
-            raise _unavailable(error, f"for {self._key}") from error
-        expected = head.get("Metadata", {}).get(SHA256_METADATA)
-        got: list[str] = []
-
-        def download(handle: BinaryIO) -> None:
-            got.append(self.store._download_object(self._key, handle))
-
-        atomic_write(state, download)
-        if got != [expected]:
-            # Not what was uploaded: training from step 0 is slower, resuming from it wrong.
-            state.unlink(missing_ok=True)
-            logger.warning("checkpoint %s does not match its sha256; starting afresh", self._url)
-            return self.path
-        self._uploaded = _signature(state)
-        logger.info("restored the resume checkpoint %s", self._url)
-        return self.path
-
-    def save(self) -> None:
-        try:
-            signature = _signature(self._state)
-        except FileNotFoundError:
-            return
-        if signature == self._uploaded or time.monotonic() < self._retry_at:
-            return
-        try:
-            digest = sha256_file(self._state)
-            self.store.client.upload_file(
-                str(self._state),
-                self.store.remote.bucket,
-                self._key,
-                ExtraArgs={"Metadata": {SHA256_METADATA: digest}},
-            )
-        except Exception as error:
-            # Whatever went wrong (store, network, reading the file), the job trains on.
-            self._retry_at = time.monotonic() + _SAVE_BACKOFF_S
-            logger.warning("checkpoint upload to %s failed, training goes on: %s", self._url, error)
-            return
-        self._uploaded = signature
-
-    def discard(self) -> None:
-        super().discard()
-        self._uploaded = None
-        try:
-            keys = [entry["Key"] for entry in self.store._list(self.prefix)]
-            if keys:
-                self.store._delete(keys)
-        except BundleStoreUnavailableError as error:
-            # The job's work is done (or restarts); a leftover checkpoint only costs space.
-            logger.warning("could not delete the checkpoints under %s: %s", self.prefix, error)

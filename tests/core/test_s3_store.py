@@ -31,7 +31,9 @@ from core.bundle_manifest import (
     CorruptBundleError,
 )
 from core.registry import TMP_PREFIX, BundleStore
-from core.s3_store import RESUME_STATE, SHA256_METADATA, S3BundleStore, S3Location, s3_client
+from core.s3_checkpoints import RESUME_STATE, SHA256_METADATA
+from core.s3_client import S3Location, s3_client
+from core.s3_store import S3BundleStore
 from core.settings import Settings
 from core.store_types import CorpusSnapshot, JobCheckpoints, ModelStore
 from core.stores import open_store

@@ -20,7 +20,8 @@ from redis import Redis
 
 from core.bundle_manifest import ANCHORS
 from core.registry import TMP_PREFIX
-from core.s3_store import S3BundleStore, s3_client
+from core.s3_client import s3_client
+from core.s3_store import S3BundleStore
 from core.settings import Settings
 from core.stores import open_store
 from core.versions import activate

@@ -393,6 +393,10 @@ def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Confi
         # which must answer the supervisor's health checks (within 5 s) before it imports
         # this module, the app and torch; uvicorn imports the protocol after that.
         http=f"{__name__}:{HardenedHttpProtocol.__name__}",
+        # A spawned worker imports the CLI and torch before its first health check; on two
+        # busy cores that took longer than uvicorn's 5 s default and workers were restarted
+        # in a loop.
+        timeout_worker_healthcheck=60,
         log_config=log_config(level),
         log_level=level,
         **options,

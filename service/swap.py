@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -50,6 +51,7 @@ from service.engine import Engine, load_engine
 logger = logging.getLogger(__name__)
 
 _RETRY_S = (1.0, 2.0, 5.0, 10.0)
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/[^\s'\"]+")
 _SWAP_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
 
 
@@ -221,8 +223,9 @@ class SwapManager:
         logger.info("hot swap: now serving %s (%s) after %.1fs", version, engine.name, took)
 
     async def _refuse(self, version: str, error: Exception) -> None:
-        message = f"{type(error).__name__}: {error}"
-        logger.error("hot swap to %s refused, still serving %s: %s", version, self.serving, message)
+        logger.error("hot swap to %s refused, still serving %s: %s", version, self.serving, error)
+        # What GET /admin/models shows: the reason without this host's filesystem paths.
+        message = _ABSOLUTE_PATH.sub("<path>", f"{type(error).__name__}: {error}")
         self.refused[version] = message
         self.swaps.labels(outcome="refused").inc()
         record = {"error": message, "replica": self.replica, "at": _now()}

@@ -172,11 +172,13 @@ def test_api_key_does_not_open_admin(admin_server: Server):
         ({"method": "rankencoder", "teachers": ["missing"]}, "not installed"),
     ],
 )
-def test_retrain_requests_are_validated_before_queueing(admin, body, message):
+def test_retrain_requests_are_validated_before_queueing(admin, admin_server, body, message):
     before = admin.get("/admin/jobs").json()["jobs"]
     response = admin.post("/admin/retrain", json=body)
     assert response.status_code == 422
     assert message in response.json()["error"]["message"]
+    # No path of the server in what a client reads (the models dir of "not installed").
+    assert str(admin_server.services.settings.var_dir) not in response.text
     assert admin.get("/admin/jobs").json()["jobs"] == before
 
 
@@ -242,7 +244,9 @@ def test_literal_dot_dot_is_422_too(admin_server: Server, store_dir: Path):
 
 
 def test_activate_refuse_and_roll_back(admin, admin_server: Server, engine: Engine):
-    assert admin.post("/admin/models/missing/activate").status_code == 404
+    missing = admin.post("/admin/models/missing/activate")
+    assert missing.status_code == 404
+    assert missing.json()["error"]["message"] == "no bundle named 'missing'"
 
     # Bundles that do not load (checksums fail; checksums pass but 128-wide anchors) are
     # refused by the API itself, which loads them as a replica would: nothing changes.

@@ -1,13 +1,17 @@
 """The worker process: progress, cancellation, bounded SIGTERM shutdown, death by SIGKILL."""
 
+import json
 import signal
 import time
 
 import pytest
+import torch
 from redis import Redis
 from rq.job import JobStatus
 from rq.registry import StartedJobRegistry
+from safetensors.torch import load_file, save_file
 
+from core.bundle_manifest import ENCODER_DIR, MANIFEST
 from core.jobs import (
     PROGRESS,
     RetrainRequest,
@@ -19,6 +23,7 @@ from core.jobs import (
     submit,
 )
 from core.registry import BundleStore
+from models.checksums import sha256_directory, sha256_file
 from tests.worker.conftest import LONG_PARAMS, OpsEnv, pid_alive, wait_for
 
 pytestmark = pytest.mark.slow
@@ -146,4 +151,38 @@ def test_a_retry_on_another_worker_resumes_from_the_shared_checkpoint(ops_env: O
     resumed = _training(queue, job.id)
     assert resumed["step"] > 20, resumed
     cancel(queue, fetch(queue, job.id))
+    connection.close()
+
+
+def _nan_bundle(store: BundleStore, version: str, encoder, anchors) -> None:
+    """A bundle whose manifest is self-consistent but whose weights are all NaN."""
+    store.write(version, encoder=encoder, anchors=anchors, method="simcse", parent="base")
+    root = store.path_for(version)
+    weights = root / ENCODER_DIR / "model.safetensors"
+    tensors = {
+        name: torch.full_like(t, float("nan")) if t.is_floating_point() else t
+        for name, t in load_file(weights).items()
+    }
+    save_file(tensors, weights)
+    manifest = json.loads((root / MANIFEST).read_text())
+    manifest["files"][f"{ENCODER_DIR}/model.safetensors"] = sha256_file(weights)
+    manifest["encoder"]["checksum"] = sha256_directory(root / ENCODER_DIR)
+    (root / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_a_parent_that_does_not_load_fails_the_job_before_training(
+    ops_env: OpsEnv, encoder, anchors
+):
+    settings = ops_env.settings
+    _nan_bundle(BundleStore(settings.bundle_store), "nan-parent", encoder, anchors)
+    connection = Redis.from_url(settings.redis_url)
+    connection.set(ops_env.keys.active_version, "nan-parent")
+    queue = retrain_queue(connection, ops_env.keys)
+    job = submit(queue, RetrainRequest("simcse", LONG_PARAMS, False, [], recipe="quick"), settings)
+    ops_env.start_worker()
+    wait_for(lambda: _status(queue, job.id) == JobStatus.FAILED, 120, "the job never failed")
+    view = describe(fetch(queue, job.id))
+    assert "CorruptBundleError" in view["error"] and "not finite" in view["error"]
+    # It failed while preparing: no training step ever ran.
+    assert view["progress"]["phase"] == "preparing"
     connection.close()

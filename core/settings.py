@@ -81,8 +81,8 @@ class Settings(BaseSettings):
     # JSON bodies nested deeper than this are a 422; pydantic and Python's own recursion never
     # see them. The deepest request the API defines (a document's metadata) is 4 levels.
     max_json_depth: int = Field(default=32, ge=8, le=512)
-    # The HTTP server (service/http_protocol.py, enforced per connection before the app sees a byte):
-    # the request line and headers together, the number of header fields, and how long a
+    # The HTTP server (service/http_protocol.py, enforced per connection before the app sees a
+    # byte): the request line and headers together, the number of header fields, and how long a
     # client may take over each phase. Without these, a slow or idle client holds a
     # connection (and its buffers) for as long as it likes.
     max_header_bytes: int = Field(

@@ -6,8 +6,8 @@ errors (plain exceptions, so that core/ and the batcher know nothing of HTTP) an
 RedisError are mapped here too; FastAPI's own validation errors and Starlette's
 HTTP exceptions (404, 405, 413 from the body limit) are rewritten into the same body, and a
 catch-all keeps even an unexpected failure in that shape. The HTTP server's own refusals
-(service/http_protocol.py: malformed requests, oversized headers, timeouts) take their status and type
-from the kinds below too, and write the same body with `error_body`.
+(service/http_protocol.py: malformed requests, oversized headers, timeouts) take their
+status and type from the kinds below too, and write the same body with `error_body`.
 
 Client messages are fixed strings: a cause that could name a host, a port or a path goes to
 the log, under the request id the response carries in X-Request-Id (service/request_id.py).

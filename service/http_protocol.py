@@ -94,7 +94,8 @@ class HardenedHttpProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         limits = getattr(config, LIMITS_ATTRIBUTE, None)
-        # Run by plain uvicorn (`--http service.http_protocol:HardenedHttpProtocol`): the environment's.
+        # Run by plain uvicorn (`--http service.http_protocol:HardenedHttpProtocol`): the
+        # environment's settings.
         self.limits = (
             ServerLimits(**limits) if limits else ServerLimits.from_settings(get_settings())
         )

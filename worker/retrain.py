@@ -204,7 +204,7 @@ def _retrain(
     elif parent == base:
         parent_path = base_path
     else:
-        raise FileNotFoundError(f"the active version {parent!r} has no bundle in {store.location}")
+        raise FileNotFoundError(f"the active version {parent!r} has no bundle in the store")
 
     dev = settings_dev_setup(settings, config.eval_anchor_count)
     checkpoints = store.job_checkpoints(job_id)

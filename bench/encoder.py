@@ -29,7 +29,7 @@ from core.settings import DATA_DIR, Settings
 from models.anchors import read_sentences
 from models.backends import Backend, available
 from models.encoder import Encoder
-from models.parity import check_parity, embed
+from models.parity import check_parity, embed, sentences_per_second
 
 PROBE_SIZE = 1024
 LONG_GROUP = 8  # sentences per long text
@@ -74,21 +74,6 @@ def inputs(encoder: Encoder, count: int) -> dict[str, tuple[list[str], float]]:
         counts = [min(c, encoder.max_seq_length) for c in encoder.token_counts(texts)]
         out[name] = (texts, sum(counts) / len(counts))
     return out
-
-
-def throughput(encoder: Encoder, texts: list[str], batch: int, seconds: float) -> float:
-    """Sentences/s over whole passes through `texts` for at least `seconds`; one untimed
-    warm-up batch first (graph optimisation, allocator)."""
-    encoder.encode(texts[:batch], batch_size=batch)
-    done, start = 0, time.perf_counter()
-    while True:
-        for offset in range(0, len(texts), batch):
-            chunk = texts[offset : offset + batch]
-            encoder.encode(chunk, batch_size=batch)
-            done += len(chunk)
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return done / elapsed
 
 
 def print_parity(settings: Settings, backends: list[Backend], pairs: int | None) -> dict:
@@ -166,7 +151,7 @@ def main() -> None:
             for batch in args.batches:
                 baseline = None
                 for backend, encoder in encoders.items():
-                    speed = throughput(encoder, texts, batch, args.seconds)
+                    speed = sentences_per_second(encoder, texts, batch, args.seconds)
                     baseline = baseline or speed
                     tokens = speed * mean_tokens
                     gflops = tokens * flops / 1e9

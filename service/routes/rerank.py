@@ -7,11 +7,11 @@ batcher, so a rerank shares encoder batches with every other request.
 from fastapi import APIRouter
 
 from core.settings import Settings
-from models.scoring import distinct_texts
 from service.batching import Encoded
 from service.dependencies import BatcherDep, EngineDep, SettingsDep
 from service.errors import ENCODING_ROUTE_ERRORS, InvalidRequestError
 from service.limits import Limits, StrictJSONRoute
+from service.pair_scoring import score_text_pairs
 from service.request_id import REQUEST_ID
 from service.routes.rerank_schemas import (
     CohereDocumentOut,
@@ -23,7 +23,7 @@ from service.routes.rerank_schemas import (
 )
 
 
-def _refuse_truncation(encoded: Encoded, right: list[int]) -> None:
+def _refuse_truncation(encoded: Encoded, _: list[int], right: list[int]) -> None:
     """TEI's `truncate: false`: a text the model would cut is an error, not a flag."""
     counts, limit = encoded.token_counts, encoded.max_tokens
     # distinct_texts puts the query first: every pair's left text is row 0.
@@ -66,16 +66,12 @@ def build_router(settings: Settings) -> APIRouter:
             texts = body.texts
         else:
             texts = [doc if isinstance(doc, str) else doc.text for doc in body.documents]
-        unique, left, right = distinct_texts([(body.query, text) for text in texts])
-        encoded = await batcher.encode(engine, unique)
-        if tei and not body.truncate:
-            _refuse_truncation(encoded, right)
-        scores = await batcher.run(engine.score_pairs, encoded.embeddings, left, right)
         lambda_inf = settings.lambda_inf if body.lambda_ is None else body.lambda_
-        blended = scores.blended(lambda_inf).tolist()
-        cosines = scores.cosine.tolist()
-        ranks = scores.rank.tolist()
-        truncated = encoded.truncated
+        check = _refuse_truncation if tei and not body.truncate else None
+        scored = await score_text_pairs(
+            engine, batcher, [(body.query, text) for text in texts], lambda_inf, check=check
+        )
+        blended = scored.score
         # Best first; a stable sort keeps equal scores in input order.
         order = sorted(range(len(texts)), key=lambda k: -blended[k])
         if tei:
@@ -83,9 +79,9 @@ def build_router(settings: Settings) -> APIRouter:
                 TeiRerankResult(
                     index=k,
                     score=blended[k],
-                    cosine=cosines[k],
-                    rank=ranks[k],
-                    truncated=truncated[left[k]] or truncated[right[k]],
+                    cosine=scored.cosine[k],
+                    rank=scored.rank[k],
+                    truncated=scored.truncated[k],
                     text=texts[k] if body.return_text else None,
                 )
                 for k in order
@@ -98,9 +94,9 @@ def build_router(settings: Settings) -> APIRouter:
                 CohereRerankResult(
                     index=k,
                     relevance_score=blended[k],
-                    cosine=cosines[k],
-                    rank=ranks[k],
-                    truncated=truncated[left[k]] or truncated[right[k]],
+                    cosine=scored.cosine[k],
+                    rank=scored.rank[k],
+                    truncated=scored.truncated[k],
                     document=CohereDocumentOut(text=texts[k]) if body.return_documents else None,
                 )
                 for k in order

@@ -3,10 +3,10 @@
 from fastapi import APIRouter
 
 from core.settings import Settings
-from models.scoring import distinct_texts
 from service.dependencies import BatcherDep, EngineDep, SettingsDep
 from service.errors import ENCODING_ROUTE_ERRORS
 from service.limits import Limits, StrictJSONRoute
+from service.pair_scoring import score_text_pairs
 from service.schemas import SimilarityResponse, SimilarityScore, request_models
 
 
@@ -30,20 +30,14 @@ def build_router(settings: Settings) -> APIRouter:
             pairs = [(a, b) for a, b in body.pairs]
         else:
             pairs = [(body.source, target) for target in body.targets]
-        unique, left, right = distinct_texts(pairs)
-        encoded = await batcher.encode(engine, unique)
-        scores = await batcher.run(engine.score_pairs, encoded.embeddings, left, right)
         lambda_inf = settings.lambda_inf if body.lambda_ is None else body.lambda_
-        blended = scores.blended(lambda_inf).tolist()
-        cosines = scores.cosine.tolist()
-        ranks = scores.rank.tolist()
-        truncated = encoded.truncated
+        scored = await score_text_pairs(engine, batcher, pairs, lambda_inf)
         items = [
             SimilarityScore(
-                score=blended[k],
-                cosine=cosines[k],
-                rank=ranks[k],
-                truncated=truncated[left[k]] or truncated[right[k]],
+                score=scored.score[k],
+                cosine=scored.cosine[k],
+                rank=scored.rank[k],
+                truncated=scored.truncated[k],
             )
             for k in range(len(pairs))
         ]

@@ -1,5 +1,6 @@
 """Helpers for the document and search tests: a private redis-server and corpus servers."""
 
+import csv
 import shutil
 import signal
 import socket
@@ -15,6 +16,7 @@ from typing import Any
 import httpx
 import redis
 
+from core.settings import DATA_DIR
 from service.engine import Engine
 from tests.service.conftest import (
     AUTH,
@@ -116,3 +118,11 @@ def search_ids(client: httpx.Client, query: str, **body: Any) -> list[str]:
     response = client.post("/search", json={"query": query, **body})
     assert response.status_code == 200, response.text
     return [hit["id"] for hit in response.json()["hits"]]
+
+
+def sick_sentences(count: int) -> list[str]:
+    """The first `count` distinct sentences of SICK trial, a real captions-like corpus."""
+    with (DATA_DIR / "senteval" / "SICK" / "SICK_trial.txt").open(encoding="utf-8") as handle:
+        rows = csv.DictReader(handle, delimiter="\t")
+        texts = [text for row in rows for text in (row["sentence_A"], row["sentence_B"])]
+    return list(dict.fromkeys(texts))[:count]

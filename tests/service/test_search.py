@@ -1,6 +1,5 @@
 """POST /search over real HTTP: Eq. 7 ordering, filters, limits, and a missing Redis."""
 
-import csv
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,23 +8,19 @@ import numpy as np
 import pytest
 import torch
 
-from core.settings import DATA_DIR
 from models.anchors import AnchorSet
 from models.encoder import Encoder
 from models.ranking import blend
 from service.engine import Engine
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
-from tests.service.corpus_helpers import api, corpus_server, free_port, search_ids
+from tests.service.corpus_helpers import api, corpus_server, free_port, search_ids, sick_sentences
 
 QUERY = "A man is playing a musical instrument"
 
 
 @pytest.fixture(scope="module")
 def sentences() -> list[str]:
-    with (DATA_DIR / "senteval" / "SICK" / "SICK_trial.txt").open(encoding="utf-8") as handle:
-        rows = csv.DictReader(handle, delimiter="\t")
-        texts = [text for row in rows for text in (row["sentence_A"], row["sentence_B"])]
-    return list(dict.fromkeys(texts))[:60]
+    return sick_sentences(60)
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,6 @@
 in step with writes and anchors, and rescoring that does not wait for the encoder thread."""
 
 import asyncio
-import csv
 import dataclasses
 import threading
 from collections.abc import Iterator
@@ -11,23 +10,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from core.settings import DATA_DIR
 from models.anchors import AnchorSet
 from models.index import IndexConfig, SearchIndex
 from service.corpus.index_state import IndexState
 from service.corpus.rank_sync import RankStoreSync
 from service.engine import Engine
 from tests.service.conftest import Server, make_settings
-from tests.service.corpus_helpers import api, corpus_server, wait_until
+from tests.service.corpus_helpers import api, corpus_server, sick_sentences, wait_until
 from tests.service.test_search import QUERY, brute_force
 
 
 @pytest.fixture(scope="module")
 def sentences() -> list[str]:
-    with (DATA_DIR / "senteval" / "SICK" / "SICK_trial.txt").open(encoding="utf-8") as handle:
-        rows = csv.DictReader(handle, delimiter="\t")
-        texts = [text for row in rows for text in (row["sentence_A"], row["sentence_B"])]
-    return list(dict.fromkeys(texts))[:60]
+    return sick_sentences(60)
 
 
 @pytest.fixture(scope="module")

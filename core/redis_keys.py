@@ -57,6 +57,36 @@ class RedisKeys:
         """Set once the first start decided about the demo corpus, so it is never re-added."""
         return f"{self.prefix}:corpus:demo-seeded"
 
+    # Corpus restores (core/corpus_restore.py): a snapshot is staged under keys of its own,
+    # then switched in by one script, so a restore that dies leaves the corpus as it was.
+    @property
+    def restore_lock(self) -> str:
+        """String with a TTL: the token of the one restore that may switch the corpus."""
+        return f"{self.prefix}:corpus:restore-lock"
+
+    @property
+    def last_restore(self) -> str:
+        """Hash: snapshot, revision (the corpus revision right after it), at, of the last
+        restore."""
+        return f"{self.prefix}:corpus:last-restore"
+
+    def restore_texts(self, token: str) -> str:
+        """Hash id -> text of the snapshot one restore stages; expires unless renewed."""
+        return f"{self.prefix}:restore:{token}:texts"
+
+    def restore_metadata(self, token: str) -> str:
+        """Hash id -> metadata (compact JSON) of the staged snapshot; expires like the texts."""
+        return f"{self.prefix}:restore:{token}:metadata"
+
+    def restore_apply(self, token: str) -> str:
+        """Sorted set of the ids whose live state differed from the staged one when compared."""
+        return f"{self.prefix}:restore:{token}:apply"
+
+    @property
+    def restore_pattern(self) -> str:
+        """SCAN MATCH pattern of every restore's staging keys."""
+        return f"{self.prefix}:restore:*"
+
     def document_anchors(self, count: int, seed: int) -> str:
         """Hash: the anchor texts sampled from the documents for (count, seed), and checksum."""
         return f"{self.prefix}:anchors:documents:m{count}:s{seed}"

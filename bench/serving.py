@@ -40,9 +40,10 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.timing import percentile
+from core.loading import settings_encoder
 from core.settings import DATA_DIR, get_settings
 from models.anchors import read_sentences
-from models.encoder import Encoder, load_encoder
+from models.encoder import Encoder
 
 BASELINE_BATCH = 64
 REDIS_PREFIX = "rankserve-bench"  # the server's document keys, deleted when it stops
@@ -238,11 +239,12 @@ def main() -> None:
 
     sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")[:4096]
     settings = get_settings()
-    # The server's threading: the model loads off the main thread and one worker thread runs
-    # every forward pass, so (a) differs from (b) and (c) by HTTP and batching only.
+    # The server's encoder (backend, threads, max length from the settings) and threading: it
+    # loads off the main thread and one worker thread runs every forward pass, so (a) differs
+    # from (b) and (c) by HTTP and batching only, whichever RANKSERVE_ENCODER_BACKEND is set.
     worker = ThreadPoolExecutor(max_workers=1)
     with ThreadPoolExecutor(max_workers=1) as loader:
-        encoder = loader.submit(load_encoder, settings.model_path, device=settings.device).result()
+        encoder = loader.submit(settings_encoder, settings).result()
     worker.submit(encoder.encode, sentences[:BASELINE_BATCH]).result()  # warm-up
     baseline = Tally(f"(a) in-process, batch {BASELINE_BATCH}")
     single = Tally(f"(b) HTTP, {args.clients} clients x 1 text")

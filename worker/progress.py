@@ -3,6 +3,7 @@
 import math
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rq.job import Job
@@ -17,22 +18,38 @@ class ProgressReporter:
     enough for a progress bar, and the last step of a phase is always written.
     """
 
-    def __init__(self, job: Job | None, min_interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        job: Job | None,
+        min_interval_s: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.job = job
         self.min_interval_s = min_interval_s
+        self.clock = clock
         self.state: dict[str, Any] = {"phase": "starting"}
-        self._started = time.monotonic()
+        self._started = self.clock()
         self._phase_started = self._started
+        self._first_step: tuple[float, int] | None = None  # (time, step) of the phase's first
         self._last_write = 0.0
 
     def phase(self, name: str, **fields: Any) -> None:
-        self._phase_started = time.monotonic()
+        self._phase_started = self.clock()
+        self._first_step = None
         self.state = {"phase": name, **fields}
         self._write(force=True)
 
     def step(self, done: int, total: int, loss: float) -> None:
-        elapsed = time.monotonic() - self._phase_started
-        per_step = elapsed / done if done else 0.0
+        # The rate since the first step reported: what precedes it in the phase (teacher
+        # embeddings, a resumed run's earlier steps) would otherwise inflate the ETA.
+        now = self.clock()
+        if self._first_step is None:
+            self._first_step = (now, done)
+        first_time, first_done = self._first_step
+        if done > first_done:
+            per_step = (now - first_time) / (done - first_done)
+        else:
+            per_step = (now - self._phase_started) / done if done else 0.0
         self.state = {
             "phase": "training",
             "step": done,
@@ -44,7 +61,7 @@ class ProgressReporter:
         self._write(force=done >= total)
 
     def _write(self, *, force: bool) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if self.job is None or (not force and now - self._last_write < self.min_interval_s):
             return
         self._last_write = now

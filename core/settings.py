@@ -141,6 +141,8 @@ class Settings(BaseSettings):
     max_top_k: int = Field(default=100, ge=1)
     search_candidates: int = Field(default=100, ge=1, description="faiss candidates for Eq. 7")
     max_search_candidates: int = Field(default=1000, ge=1)
+    # /search `offset`: a page past it costs offset + top_k Eq. 7 rescorings.
+    max_search_offset: int = Field(default=1000, ge=0)
     search_index: Literal["flat", "ivf"] = "flat"
     ivf_nlist: int = Field(default=1024, ge=1, description="IVF lists; trained at 39 x nlist docs")
     ivf_nprobe: int = Field(default=32, ge=1)

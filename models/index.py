@@ -15,14 +15,15 @@ for (`anchors_key`). `bench/search.py` measures both paths.
 
 Index kinds and the GPU copy: models/index_config.py.
 
-Metadata filters are equality on flat scalar values. They restrict the faiss search itself
-(an `IDSelector`), and an IVF that cannot fill the candidate list from the allowed documents
-probes more lists, up to all of them, so a filter never shortens the result below
-min(top_k, number of matching documents).
+Metadata filters (models/metadata_filter.py: Qdrant's must/should/must_not, match, range,
+is_null, is_empty; or a flat equality object) are evaluated on posting lists into the set of
+allowed ids. They restrict the faiss search itself (an `IDSelector`), and an IVF that cannot
+fill the candidate list from the allowed documents probes more lists, up to all of them, so a
+filter never shortens the result below min(top_k, number of matching documents).
 """
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import faiss
 import numpy as np
@@ -30,7 +31,9 @@ import torch
 
 from models.faiss_gpu import GpuMirror, gpu_available, one_faiss_thread
 from models.index_config import IndexConfig, IndexKind
-from models.metadata_terms import MetadataPostings, Scalar
+from models.metadata_filter import Metadata, Where, as_filter
+from models.metadata_filter import Scalar as Scalar  # re-exported: core/documents.py uses it
+from models.metadata_terms import MetadataPostings
 from models.rank_store import RankStore
 from models.rescoring import SearchHits, StoredRanks, rescore, rescore_chunks
 
@@ -114,7 +117,7 @@ class SearchIndex:
         self,
         ids: Sequence[int] | np.ndarray,
         embeddings: np.ndarray | torch.Tensor,
-        metadata: Sequence[Mapping[str, Scalar] | None] | None = None,
+        metadata: Sequence[Metadata | None] | None = None,
     ) -> None:
         """Insert or replace documents; `embeddings` (n, dim) must be L2-normalised."""
         id_array = np.asarray(ids, dtype=np.int64).reshape(-1)  # (n,)
@@ -159,7 +162,7 @@ class SearchIndex:
             return self._reconstruct_locked(np.asarray(ids, dtype=np.int64))
 
     def candidates(
-        self, query: np.ndarray | torch.Tensor, k: int, where: Mapping[str, Scalar] | None = None
+        self, query: np.ndarray | torch.Tensor, k: int, where: Where = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Up to k (ids, cosines) by inner product, best first: the cosine-only search."""
         with self._lock:
@@ -173,7 +176,7 @@ class SearchIndex:
         top_k: int,
         candidates: int,
         lambda_inf: float,
-        where: Mapping[str, Scalar] | None = None,
+        where: Where = None,
         anchors_key: str | None = None,
     ) -> SearchHits:
         """faiss proposes max(candidates, top_k) documents; Eq. 7 orders them; top_k are kept.
@@ -204,11 +207,15 @@ class SearchIndex:
         *,
         top_k: int,
         lambda_inf: float,
-        where: Mapping[str, Scalar] | None = None,
+        where: Where = None,
     ) -> SearchHits:
         """Eq. 7 against every (allowed) document: the brute-force reference, O(N * M log M)."""
+        clause = as_filter(where)
         with self._lock:
-            pool = self._all_ids_locked() if not where else _id_array(self._terms.allowed(where))
+            if clause is None:
+                pool = self._all_ids_locked()
+            else:
+                pool = _id_array(self._terms.allowed(clause))
 
         def chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
             for start in range(0, len(pool), _SCAN_CHUNK):
@@ -224,10 +231,11 @@ class SearchIndex:
         return np.fromiter(self._terms, dtype=np.int64, count=len(self._terms))  # (n,)
 
     def _candidates_locked(
-        self, query: np.ndarray, k: int, where: Mapping[str, Scalar] | None
+        self, query: np.ndarray, k: int, where: Where
     ) -> tuple[np.ndarray, np.ndarray]:
         """(ids, inner products) of up to k documents, best first, all passing `where`."""
-        allowed = self._terms.allowed(where) if where else None
+        clause = as_filter(where)
+        allowed = self._terms.allowed(clause) if clause is not None else None
         k = min(k, len(self._terms) if allowed is None else len(allowed))
         if k == 0:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)

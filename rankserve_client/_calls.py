@@ -146,10 +146,12 @@ def search(
     candidates: int | None,
     lambda_: float | None,
     filter: Mapping[str, Any] | None,
+    offset: int | None = None,
 ) -> Call:
     body = {"query": query} | _given(
         top_k=top_k,
         candidates=candidates,
+        offset=offset,
         filter=None if filter is None else dict(filter),
         **{"lambda": lambda_},
     )

@@ -196,9 +196,14 @@ class Client:
         candidates: int | None = None,
         lambda_: float | None = None,
         filter: Mapping[str, Any] | None = None,
+        offset: int | None = None,
     ) -> SearchResult:
-        """The corpus's best documents for the query by Eq. 7 (POST /search)."""
-        call = _calls.search(query, top_k, candidates, lambda_, filter)
+        """The corpus's best documents for the query by Eq. 7 (POST /search).
+
+        `filter` is Qdrant's filter object (must/should/must_not) or a flat object of
+        metadata values to equal; `offset` skips that many hits (the next page).
+        """
+        call = _calls.search(query, top_k, candidates, lambda_, filter, offset)
         return cast(SearchResult, self._send(call))
 
     # Public endpoints

@@ -6,7 +6,8 @@ reaches the caller unchanged. Keys that are Python keywords (`lambda`) use the f
 
 from typing import Any, Literal, NotRequired, TypedDict
 
-MetadataValue = str | int | float | bool | None
+MetadataScalar = str | int | float | bool | None
+MetadataValue = MetadataScalar | list[MetadataScalar]
 
 
 class Document(TypedDict):

@@ -204,6 +204,9 @@ class LimitsInfo(BaseModel):
     max_similarity_pairs: int
     max_similarity_targets: int
     max_rerank_texts: int = Field(description="texts or documents per /rerank request")
+    max_top_k: int = Field(description="/search hits per request")
+    max_search_candidates: int = Field(description="/search candidates for Eq. 7 rescoring")
+    max_search_offset: int = Field(description="/search hits skipped before a page")
     queue_capacity_texts: int
     max_batch_size: int
     max_batch_tokens: int

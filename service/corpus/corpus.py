@@ -2,14 +2,14 @@
 and Eq. 7 search whose hits are read back from the store (the source of truth)."""
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import torch
 
 from core.documents import DocumentStore, NewDocument, StoredDocument
-from models.metadata_terms import Scalar, metadata_terms
+from models.metadata_filter import Clause, compile_predicate
 from models.rescoring import SearchHits
 from service.corpus.embedder import DocumentEmbedder
 from service.corpus.follower import IndexFollower
@@ -73,13 +73,18 @@ class Corpus:
         top_k: int,
         candidates: int,
         lambda_inf: float,
-        where: Mapping[str, Scalar] | None,
+        where: Clause | None,
+        offset: int = 0,
     ) -> list[Hit]:
-        """Eq. 7 hits with each document's current text and metadata from the store.
+        """Eq. 7 hits offset..offset + top_k, with each document's current text and metadata.
 
-        Reading the documents back from Redis drops any that were deleted, or whose metadata
-        no longer passes the filter, after this replica last applied the change log.
+        The index ranks offset + top_k documents (from at least as many candidates) and the
+        page is cut from them, so with candidates >= offset + top_k consecutive pages are the
+        slices of one longer search. Reading the page back from Redis drops any document
+        deleted, or whose metadata no longer passes the filter, after this replica last
+        applied the change log.
         """
+        ranked = offset + top_k
 
         def search() -> SearchHits:
             # The anchors' key (a digest of the matrix, once per anchor set) only when a rank
@@ -88,8 +93,8 @@ class Corpus:
             return state.index.search(
                 query,
                 engine.anchors.embeddings,
-                top_k=top_k,
-                candidates=candidates,
+                top_k=ranked,
+                candidates=candidates,  # the index takes max(candidates, top_k)
                 lambda_inf=lambda_inf,
                 where=where,
                 anchors_key=engine.anchors.key if with_store else None,
@@ -99,14 +104,14 @@ class Corpus:
         hits = await asyncio.get_running_loop().run_in_executor(self.rescoring, search)
         numbers = hits.ids.tolist()
         ids = [state.ids.get(number) for number in numbers]
-        known = [k for k, doc_id in enumerate(ids) if doc_id is not None]
+        known = [k for k, doc_id in enumerate(ids) if doc_id is not None and k >= offset]
         documents = await self.store.get_many([ids[k] for k in known])
-        wanted = set(metadata_terms(where))
+        passes = compile_predicate(where) if where is not None else None
         results = []
         for k, doc in zip(known, documents, strict=True):
             if doc is None or doc.number != numbers[k]:
                 continue
-            if not wanted <= set(metadata_terms(doc.metadata)):
+            if passes is not None and not passes(doc.metadata):
                 continue
             results.append(
                 Hit(doc, float(hits.scores[k]), float(hits.cosine[k]), float(hits.rank[k]))

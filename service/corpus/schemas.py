@@ -14,14 +14,17 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
+    Discriminator,
     Field,
     StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
+    Tag,
 )
 
 from core.settings import Settings
+from service.corpus.filters import QdrantFilter, filter_field_schema, filter_kind
 from service.schemas import LambdaField
 
 # A safe set for URL paths and Redis keys; the first character excludes "." and ".." ids.
@@ -49,12 +52,16 @@ DocumentId = Annotated[
     AfterValidator(_not_reserved),
 ]
 MetadataKey = Annotated[str, Field(pattern=METADATA_KEY_PATTERN)]
-MetadataValue = (
+MetadataScalar = (
     StrictBool
     | Annotated[StrictInt, Field(ge=-_SAFE_INT, le=_SAFE_INT)]
     | Annotated[StrictFloat, Field(allow_inf_nan=False)]
     | Annotated[StrictStr, Field(max_length=256)]
     | None
+)
+MAX_METADATA_ARRAY = 64  # elements of one array value (Qdrant's multi-valued payload)
+MetadataValue = (
+    MetadataScalar | Annotated[list[MetadataScalar], Field(max_length=MAX_METADATA_ARRAY)]
 )
 
 
@@ -78,6 +85,7 @@ class DocumentLimits:
     max_metadata_bytes: int
     max_top_k: int
     max_search_candidates: int
+    max_search_offset: int
     default_candidates: int
 
     @classmethod
@@ -89,6 +97,7 @@ class DocumentLimits:
             max_metadata_bytes=settings.max_metadata_bytes,
             max_top_k=settings.max_top_k,
             max_search_candidates=settings.max_search_candidates,
+            max_search_offset=settings.max_search_offset,
             default_candidates=min(settings.search_candidates, settings.max_search_candidates),
         )
 
@@ -128,14 +137,28 @@ def document_models(limits: DocumentLimits) -> DocumentModels:
         Field(
             max_length=limits.max_metadata_keys,
             description=(
-                "A flat JSON object: string, number, boolean or null values, at most "
-                f"{limits.max_metadata_bytes} bytes as compact JSON"
+                "A flat JSON object: string, number, boolean or null values, or arrays of "
+                f"them (up to {MAX_METADATA_ARRAY}), at most {limits.max_metadata_bytes} bytes "
+                "as compact JSON"
             ),
             # pydantic states the key pattern as patternProperties; without this, any other
             # key would still look valid to a client reading the schema.
             json_schema_extra={"additionalProperties": False},
         ),
         AfterValidator(bounded),
+    ]
+    equality_type = Annotated[
+        dict[MetadataKey, MetadataScalar],
+        Field(
+            max_length=limits.max_metadata_keys,
+            description="Earlier versions' filter: every key given holds its value",
+            json_schema_extra={"additionalProperties": False},
+        ),
+    ]
+    filter_type = Annotated[
+        Annotated[QdrantFilter, Tag("qdrant-filter")]
+        | Annotated[equality_type, Tag("equality-filter")],
+        Discriminator(filter_kind),
     ]
     text_type = Annotated[str, Field(min_length=1, max_length=limits.max_text_chars)]
 
@@ -174,9 +197,20 @@ def document_models(limits: DocumentLimits) -> DocumentModels:
             le=limits.max_search_candidates,
             description="Documents faiss proposes for Eq. 7 rescoring (at least top_k are)",
         )
+        offset: JsonInt = Field(
+            default=0,
+            ge=0,
+            le=limits.max_search_offset,
+            description="Hits skipped before the top_k returned: pages of one ranking",
+        )
         lambda_: LambdaField = None
-        filter: metadata_type | None = Field(
-            default=None, description="Metadata equality on every key given"
+        filter: filter_type | None = Field(
+            default=None,
+            description=(
+                "Qdrant's filter (must/should/must_not of match, range, is_null, is_empty "
+                "conditions, nestable), or a flat object of metadata values to equal"
+            ),
+            json_schema_extra=filter_field_schema,
         )
 
     return DocumentModels(

@@ -3,6 +3,7 @@
 from fastapi import APIRouter
 
 from core.settings import Settings
+from service.corpus.filters import condition_tree
 from service.corpus.lifespan import CorpusDep
 from service.corpus.schemas import (
     DocumentLimits,
@@ -31,10 +32,12 @@ def build_router(settings: Settings) -> APIRouter:
         corpus: CorpusDep,
         settings: SettingsDep,
     ) -> SearchResponse:
-        """The top_k documents by lambda * z_q.z_d + (1 - lambda) * cos among the candidates.
+        """The top_k documents by lambda * z_q.z_d + (1 - lambda) * cos among the candidates,
+        after skipping `offset` of them.
 
-        `filter` keeps documents whose metadata equals every given value; it applies before
-        the cut to top_k, so up to top_k matching documents are returned.
+        `filter` is Qdrant's (must/should/must_not of match, range, is_null and is_empty
+        conditions) or a flat object of metadata values to equal; it applies inside the
+        candidate search, so up to offset + top_k matching documents are ranked.
         """
         state = corpus.ready_state(engine)
         revision = corpus.applied_revision
@@ -47,7 +50,8 @@ def build_router(settings: Settings) -> APIRouter:
             top_k=body.top_k,
             candidates=body.candidates,
             lambda_inf=lambda_inf,
-            where=body.filter,
+            where=condition_tree(body.filter),
+            offset=body.offset,
         )
         return SearchResponse(
             hits=[

@@ -127,6 +127,14 @@ def test_documents_crud_and_search(client: Client):
     dogs = client.search("an animal", lambda_=0.0, filter={"s": suite, "animal": "dog"})
     assert [hit["id"] for hit in dogs["hits"]] == [dog_id]
     assert dogs["hits"][0]["score"] == pytest.approx(dogs["hits"][0]["cosine"], abs=1e-6)
+    animals = {
+        "must": {"key": "s", "match": {"value": suite}},
+        "must_not": {"is_empty": {"key": "animal"}},
+    }
+    assert [hit["id"] for hit in client.search("a pet", filter=animals)["hits"]] == [dog_id]
+    both = client.search("a pet", top_k=2, filter={"s": suite})["hits"]
+    second = client.search("a pet", top_k=1, offset=1, filter={"s": suite})["hits"]
+    assert [hit["id"] for hit in second] == [both[1]["id"]]
 
     assert client.delete_document(cat_id)["deleted"] == [cat_id]
     deleted = client.delete_documents([dog_id, cat_id])

@@ -27,9 +27,10 @@ def corpus_api(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iter
         max_documents_per_request=3,
         max_text_chars=64,
         max_metadata_keys=3,
-        # Above anything 3 schema-valid keys and values can reach: JSON Schema cannot state a
-        # byte limit, so a smaller one would refuse schema-valid data (tested in test_documents).
-        max_metadata_bytes=8192,
+        # Above anything 3 schema-valid keys and values can reach (arrays of 64 strings of 256
+        # characters, each escaped to 6 bytes, included): JSON Schema cannot state a byte
+        # limit, so a smaller one would refuse schema-valid data (tested in test_documents).
+        max_metadata_bytes=320_000,
         max_top_k=5,
         max_search_candidates=20,
         # No API key: schemathesis's negative cases would drop the header and expect a 401

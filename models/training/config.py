@@ -78,9 +78,9 @@ class TrainConfig(BaseModel):
 
 
 # Every clean training sentence once (37,290: Wikipedia + SNLI), teacher embeddings cached:
-# about 1,165 steps of 32, which at the 2.3 s a step measured for similarity-distillation on
-# two lightly loaded cores is about 45 min, plus the teacher's embeddings of the text. The
-# optimiser settings are those of the best similarity-distillation run (docs/training.md).
+# 1,165 steps of 32. Through the worker on 2 cores, similarity-distillation took 64 min in all:
+# 29 for all-mpnet-base-v2's embeddings of the text, 30 for the steps, 5 for evaluation and the
+# bundle (docs/training.md). The optimiser settings are those of the best run there.
 FULL_RECIPE: Mapping[str, Any] = MappingProxyType(
     {
         "max_sentences": None,

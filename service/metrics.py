@@ -2,13 +2,31 @@
 
 The middleware also stamps `X-Model-Version` on every response: the version of the engine the
 request used (set by the engine dependency), else the live one, else "none" while loading.
-With several uvicorn workers each process keeps its own registry; scrape them per process.
+
+With several uvicorn workers (`rankserve serve --workers N`), prometheus_client's multiprocess
+mode: the supervisor points PROMETHEUS_MULTIPROC_DIR at a fresh directory before it starts the
+workers (`multiprocess_directory`), every worker writes its values to files there, and /metrics,
+whichever worker answers it, sums them (`exposition`). A worker that exits is marked dead
+(`forget_dead_workers`), so its live gauges drop out while its counts stay in the totals.
 """
 
+import contextlib
+import os
+import re
+import shutil
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
+from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -16,6 +34,10 @@ MODEL_VERSION_HEADER = "X-Model-Version"
 # The ASGI scope key under which the engine dependency records the version a request used.
 SCOPE_MODEL_VERSION = "rankserve.model_version"
 NO_MODEL = "none"
+
+# prometheus_client reads it when it is imported: set before a worker process starts.
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_LIVE_GAUGE_FILE = re.compile(r"^gauge_live[a-z]+_(\d+)\.db$")
 
 # Up to a full request: one of more texts than a batch (up to 2,048) is an encoder call alone.
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
@@ -59,6 +81,7 @@ class Metrics:
             "rankserve_queue_texts",
             "Texts waiting for the encoder worker",
             registry=self.registry,
+            multiprocess_mode="livesum",  # every live worker's queue, added up
         )
         self.rejected = Counter(
             "rankserve_rejected_overload",
@@ -70,14 +93,68 @@ class Metrics:
             "1 for the model version being served",
             ["version", "name"],
             registry=self.registry,
+            multiprocess_mode="livemax",  # 1 while some live worker serves the version
         )
         self._active: tuple[str, str] | None = None
 
     def set_active_model(self, version: str, name: str) -> None:
-        if self._active is not None:
-            self.model.remove(*self._active)
+        if self._active is not None and self._active != (version, name):
+            if multiprocess_enabled():
+                # A removed series stays in this worker's file: 0 says it no longer serves it.
+                self.model.labels(*self._active).set(0)
+            else:
+                self.model.remove(*self._active)
         self._active = (version, name)
         self.model.labels(version=version, name=name).set(1)
+
+    def exposition(self) -> bytes:
+        """The text format of this app's metrics, or of every worker's in multiprocess mode."""
+        if not multiprocess_enabled():
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+
+
+def multiprocess_enabled() -> bool:
+    return bool(os.environ.get(MULTIPROCESS_ENV))
+
+
+@contextlib.contextmanager
+def multiprocess_directory() -> Iterator[Path]:
+    """A fresh, empty PROMETHEUS_MULTIPROC_DIR for the workers started inside, removed after.
+
+    Fresh on every start: files a previous run left behind would add its counts to this one's.
+    """
+    previous = os.environ.get(MULTIPROCESS_ENV)
+    directory = Path(tempfile.mkdtemp(prefix="rankserve-metrics-"))
+    os.environ[MULTIPROCESS_ENV] = str(directory)
+    try:
+        yield directory
+    finally:
+        if previous is None:
+            os.environ.pop(MULTIPROCESS_ENV, None)
+        else:
+            os.environ[MULTIPROCESS_ENV] = previous
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def forget_dead_workers(live_pids: Collection[int]) -> list[int]:
+    """Mark dead every process with live-gauge files that is not among `live_pids`.
+
+    Reading the pids off the files also catches a worker that died before the supervisor
+    knew its pid for long (a failed restart). Returns the pids marked.
+    """
+    directory = os.environ.get(MULTIPROCESS_ENV)
+    if not directory:
+        return []
+    found = {
+        int(m.group(1)) for name in os.listdir(directory) if (m := _LIVE_GAUGE_FILE.match(name))
+    }
+    dead = sorted(found - set(live_pids))
+    for pid in dead:
+        multiprocess.mark_process_dead(pid, directory)
+    return dead
 
 
 class ObservabilityMiddleware:

@@ -14,6 +14,7 @@ from uvicorn.supervisors import Multiprocess
 
 from core.settings import Settings
 from service.http_protocol import LIMITS_ATTRIBUTE, HardenedHttpProtocol, ServerLimits
+from service.metrics import forget_dead_workers, multiprocess_directory
 
 # uvicorn's exit status when the server did not start (uvicorn.main.STARTUP_FAILURE).
 _STARTUP_FAILURE = 3
@@ -67,13 +68,39 @@ def server_config(app: Any, settings: Settings, **options: Any) -> uvicorn.Confi
     return config
 
 
+class MetricsSupervisor(Multiprocess):
+    """uvicorn's supervisor, which also marks every worker that exited dead for Prometheus
+    (service/metrics.py), each time it has checked on, restarted or stopped its workers."""
+
+    def _forget_dead(self) -> None:
+        forget_dead_workers([p.pid for p in self.processes if p.pid and p.exitcode is None])
+
+    def keep_subprocess_alive(self) -> None:
+        super().keep_subprocess_alive()
+        self._forget_dead()
+
+    def restart_all(self) -> None:
+        super().restart_all()
+        self._forget_dead()
+
+    def handle_ttou(self) -> None:
+        super().handle_ttou()
+        self._forget_dead()
+
+    def join_all(self) -> None:
+        super().join_all()
+        self._forget_dead()
+
+
 def run_server(config: uvicorn.Config) -> None:
     """What `uvicorn.run` does with the Config it builds: one process, or a supervisor over
-    `config.workers` processes sharing one socket (each loads the app itself)."""
+    `config.workers` processes sharing one socket (each loads the app itself), whose metrics
+    go through one fresh Prometheus multiprocess directory."""
     if config.workers > 1:
         if not isinstance(config.app, str):
             raise ValueError("several workers need the app as an import string")
-        Multiprocess(config, sockets=[config.bind_socket()]).run()
+        with multiprocess_directory():
+            MetricsSupervisor(config, sockets=[config.bind_socket()]).run()
         return
     server = uvicorn.Server(config)
     with contextlib.suppress(KeyboardInterrupt):  # as uvicorn.run: Ctrl-C is a normal stop

@@ -2,7 +2,7 @@
 
 import typer
 
-from cli import diagnose, evaluate, serve, teachers, train, worker
+from cli import corpus, diagnose, evaluate, serve, teachers, train, worker
 from core.settings import get_settings
 from core.threads import apply_thread_policy
 
@@ -17,7 +17,7 @@ app = typer.Typer(
 @app.callback()
 def main() -> None:
     """The `rankserve` group itself: no options of its own, every action is a subcommand
-    (evaluate, serve, train, worker, teachers, diagnose); its help is the app's `help=`."""
+    (evaluate, serve, train, worker, teachers, diagnose, corpus); its help is the app's `help=`."""
     # Before any subcommand's first torch or numpy work (RANKSERVE_TORCH_THREADS, ...).
     apply_thread_policy(get_settings())
 
@@ -28,6 +28,7 @@ app.command("train")(train.train)
 app.command("worker")(worker.worker)
 app.add_typer(teachers.app, name="teachers")
 app.add_typer(diagnose.app, name="diagnose")
+app.add_typer(corpus.app, name="corpus")
 
 
 if __name__ == "__main__":

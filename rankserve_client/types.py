@@ -204,3 +204,24 @@ class Report(TypedDict):
     version: str
     report: dict[str, Any]
     charts: dict[str, str]  # chart name -> URL of its PNG
+
+
+class Snapshot(TypedDict):
+    name: str
+    created_at: str
+    revision: int  # the corpus revision every document is as of
+    count: int
+    model_version: str | None  # active at that revision; None = the settings model
+    bytes: int
+
+
+class SnapshotList(TypedDict):
+    snapshots: list[Snapshot]  # oldest first
+
+
+class RestoreResult(TypedDict):
+    snapshot: Snapshot
+    upserted: int
+    deleted: int
+    revision: int  # the corpus revision right after the restore
+    indexed: bool  # whether the answering replica had indexed it

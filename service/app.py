@@ -39,6 +39,7 @@ from service.routes import (
     rerank,
     search,
     similarity,
+    snapshots,
 )
 from service.swap import load_active_engine, swap_component
 
@@ -51,6 +52,7 @@ PUBLIC_ROUTERS: tuple[RouterFactory, ...] = (
     health.build_router,
     metrics.build_router,
     admin.build_router,  # behind the admin token instead of the API key
+    snapshots.build_router,  # /admin/snapshots, behind the admin token too
 )
 DATA_ROUTERS: tuple[RouterFactory, ...] = (
     encode.build_router,

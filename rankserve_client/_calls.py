@@ -211,3 +211,16 @@ def model_report(version: str) -> Call:
 def model_report_chart(version: str, chart: str) -> Call:
     path = f"/admin/models/{segment(version)}/report/{segment(chart)}"
     return Call("GET", path, auth="admin", expect="bytes")
+
+
+# A restore writes only what differs from the snapshot, so sending it again after a 503 is as
+# safe as any write.
+SNAPSHOTS = Call("GET", "/admin/snapshots", auth="admin")
+
+
+def create_snapshot(name: str | None) -> Call:
+    return Call("POST", "/admin/snapshots", auth="admin", body=_given(name=name))
+
+
+def restore_snapshot(name: str) -> Call:
+    return Call("POST", f"/admin/snapshots/{segment(name)}/restore", auth="admin")

@@ -26,9 +26,12 @@ from rankserve_client.types import (
     Ready,
     Report,
     RerankResult,
+    RestoreResult,
     RetrainAccepted,
     SearchResult,
     SimilarityResult,
+    Snapshot,
+    SnapshotList,
     StoredDocument,
     UpsertResult,
 )
@@ -275,3 +278,17 @@ class Client:
     def model_report_chart(self, version: str, chart: str) -> bytes:
         """One PNG chart of a version's report, by its file name (`report["charts"]`)."""
         return cast(bytes, self._send(_calls.model_report_chart(version, chart)))
+
+    def create_snapshot(self, name: str | None = None) -> Snapshot:
+        """Every document as of one corpus revision, with the active model version, into the
+        bundle store (POST /admin/snapshots); a name already taken is a ConflictError."""
+        return cast(Snapshot, self._send(_calls.create_snapshot(name)))
+
+    def snapshots(self) -> SnapshotList:
+        """Every snapshot, oldest first (GET /admin/snapshots)."""
+        return cast(SnapshotList, self._send(_calls.SNAPSHOTS))
+
+    def restore_snapshot(self, name: str) -> RestoreResult:
+        """Makes the corpus the snapshot's documents for every replica, atomically; only what
+        differs is written. A long restore may need a longer `timeout` than the default."""
+        return cast(RestoreResult, self._send(_calls.restore_snapshot(name)))

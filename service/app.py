@@ -12,6 +12,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from importlib.metadata import version
+from typing import Any
 
 from fastapi import Depends, FastAPI
 
@@ -42,6 +43,7 @@ from service.routes import (
     snapshots,
 )
 from service.swap import load_active_engine, swap_component
+from service.tracing import install_tracing
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +88,10 @@ def create_app(
     *,
     loader: EngineLoader = load_active_engine,
     components: Sequence[Component] = COMPONENTS,
+    span_exporter: Any | None = None,
 ) -> FastAPI:
+    """The app; `span_exporter` (an OpenTelemetry SpanExporter) turns tracing on without an
+    OTLP endpoint, for tests (service/tracing.py)."""
     settings = settings or get_settings()
     metrics_ = Metrics()
     holder = EngineHolder()
@@ -120,6 +125,8 @@ def create_app(
                 yield
         finally:
             await services.batcher.stop()
+            if app.state.tracing is not None:
+                app.state.tracing.shutdown()
 
     app = FastAPI(
         title="rankserve",
@@ -140,6 +147,7 @@ def create_app(
     # Outermost: the request id is set before anything else of the request logs. The 500
     # handler, outside every middleware, stamps it itself (service/errors.py).
     app.add_middleware(RequestIdMiddleware)
+    app.state.tracing = install_tracing(app, settings, span_exporter)  # None: tracing is off
     for factory in PUBLIC_ROUTERS:
         app.include_router(factory(settings))
     protected = settings.api_key is not None

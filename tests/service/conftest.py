@@ -101,7 +101,10 @@ def fixed_engine(engine: Engine) -> EngineLoader:
 
 
 @contextmanager
-def serve(settings: Settings, loader: EngineLoader = load_engine) -> Iterator[Server]:
+def serve(
+    settings: Settings, loader: EngineLoader = load_engine, **app_options: Any
+) -> Iterator[Server]:
+    """A real uvicorn server of `create_app(settings, loader=loader, **app_options)`."""
     captured: list[asyncio.AbstractEventLoop] = []
 
     @asynccontextmanager
@@ -109,7 +112,7 @@ def serve(settings: Settings, loader: EngineLoader = load_engine) -> Iterator[Se
         captured.append(asyncio.get_running_loop())
         yield
 
-    app = create_app(settings, loader=loader, components=(*COMPONENTS, capture_loop))
+    app = create_app(settings, loader=loader, components=(*COMPONENTS, capture_loop), **app_options)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]

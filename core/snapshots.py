@@ -13,6 +13,7 @@ before a restore reads a line of them.
 
 import os
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -173,8 +174,6 @@ def snapshots_of(bundles: BundleStore) -> SnapshotStore:
     """The snapshot store beside these bundles: S3 when the bundles are in S3."""
     # core.s3_store imports boto3, an optional dependency: it can only be an S3 store when
     # that module was loaded (core/stores.py loads it for an S3 URL alone).
-    import sys
-
     s3_store = sys.modules.get("core.s3_store")
     if s3_store is not None and isinstance(bundles, s3_store.S3BundleStore):
         from core.s3_snapshots import S3SnapshotStore

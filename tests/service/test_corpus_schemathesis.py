@@ -9,6 +9,7 @@ document carries them, so schemathesis generates around them.
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -42,6 +43,9 @@ def corpus_api(engine: Engine, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 @pytest.fixture(scope="module")
 def corpus_schema(corpus_api: Server) -> schemathesis.BaseSchema:
+    # FastAPI builds the document once, then serves it cached: built here without
+    # schemathesis's 10 s read timeout, which a busy machine can exceed.
+    httpx.get(f"{corpus_api.url}/openapi.json", timeout=300).raise_for_status()
     schema = schemathesis.openapi.from_url(f"{corpus_api.url}/openapi.json")
     return schema.include(path_regex="^/(documents|search)")
 

@@ -18,7 +18,8 @@ import redis
 from core import corpus_restore
 from core.corpus_files import CorpusFileError, open_corpus, read_documents
 from core.corpus_restore import RestoreBusyError, RestoreLockLostError, restore_corpus
-from core.documents import DocumentStore, NewDocument
+from core.documents import DocumentStore, NewDocument, StoreUnavailableError
+from core.redis_clients import NotReplicatedError, ReplicaWait
 from core.settings import REPO_ROOT, Settings
 from tests.core.corpus_helpers import (
     State,
@@ -91,6 +92,18 @@ async def test_the_corpus_becomes_the_file_and_only_differences_are_written(
     again = await restore_corpus(store, docs(new), name="s1", changes_keep=10)
     assert (again.upserted, again.deleted, again.revision) == (0, 0, result.revision)
     assert await store.changes_after(result.revision) == []
+
+
+async def test_a_restore_waits_for_replicas_as_writes_do(store: DocumentStore):
+    """The shared Redis has no replicas: a required one never confirms. As with any write, the
+    master applied the switch, and the caller is told it is not known to be replicated."""
+    old, new = old_and_new()
+    await upsert_all(store, old)
+    waiting = DocumentStore(store.client, store.keys, wait=ReplicaWait(1, 50))
+    with pytest.raises(StoreUnavailableError) as raised:
+        await restore_corpus(waiting, docs(new), name="s", changes_keep=10)
+    assert isinstance(raised.value.__cause__, NotReplicatedError)
+    assert await stored(store) == new
 
 
 async def test_an_empty_file_empties_the_corpus(store: DocumentStore):

@@ -69,6 +69,13 @@ class AnchorSet:
         """Normalised rank vectors (Eq. 2-3) of unit embeddings against these anchors."""
         return rank_vectors_chunked(embeddings.to(self.device), self.embeddings)  # (n, m)
 
+    def nearest(self, embeddings: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The `k` anchors of highest cosine to each unit embedding, best first: the top of
+        its rank vector (Eq. 2). Returns (n, k) cosines and (n, k) anchor indices, on the CPU."""
+        cosines = embeddings.to(self.device) @ self.embeddings.T  # (n, m)
+        top = torch.topk(cosines, min(k, self.count), dim=1)
+        return top.values.cpu(), top.indices.cpu()
+
 
 def _cache_file(cache_dir: Path, encoder_key: str, texts_checksum: str, count: int) -> Path:
     return CachePaths(cache_dir).anchors / f"{encoder_key[:16]}-{texts_checksum[:16]}-m{count}.npy"

@@ -185,6 +185,7 @@ class ModelVersion(TypedDict):
     metrics: dict[str, Any]
     active: bool
     refused: dict[str, Any] | None
+    has_report: bool
 
 
 class Models(TypedDict):

@@ -21,6 +21,7 @@ from core.threads import apply_thread_policy
 from service.auth import require_api_key
 from service.background import background_task
 from service.batching import Batcher
+from service.console import routes as console
 from service.corpus.lifespan import corpus_component
 from service.dependencies import Services
 from service.engine import Engine, EngineHolder
@@ -55,6 +56,7 @@ PUBLIC_ROUTERS: tuple[RouterFactory, ...] = (
     metrics.build_router,
     admin.build_router,  # behind the admin token instead of the API key
     snapshots.build_router,  # /admin/snapshots, behind the admin token too
+    console.build_router,  # page shells only: each page fetches its data with the user's keys
 )
 DATA_ROUTERS: tuple[RouterFactory, ...] = (
     encode.build_router,

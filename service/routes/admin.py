@@ -17,6 +17,8 @@ from fastapi.responses import FileResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from core.bundle_manifest import (
+    REPORT_DIR,
+    REPORT_JSON,
     VERSION_PATTERN,
     BundleError,
     BundleNotFoundError,
@@ -211,6 +213,7 @@ def build_router(settings: Settings) -> APIRouter:
                     metrics=manifest.metrics,
                     active=version == active,
                     refused=refusals.get(version),
+                    has_report=f"{REPORT_DIR}/{REPORT_JSON}" in manifest.files,
                 )
             )
         return ModelsResponse(

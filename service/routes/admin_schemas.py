@@ -86,6 +86,7 @@ class ModelVersion(BaseModel):
     metrics: dict[str, Any]
     active: bool
     refused: dict[str, Any] | None  # the last refusal a replica reported, if any
+    has_report: bool  # diagnostics at /admin/models/{version}/report
 
 
 class ModelsResponse(BaseModel):

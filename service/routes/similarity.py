@@ -1,17 +1,35 @@
-"""POST /similarity: Eq. 7 scores for pairs, or for one source against several targets."""
+"""POST /similarity: Eq. 7 scores for pairs, or for one source against several targets.
+POST /similarity/explain: the same scores with the nearest anchors of each text."""
 
 from fastapi import APIRouter
 
 from core.settings import Settings
 from service.dependencies import BatcherDep, EngineDep, SettingsDep
+from service.engine import Engine
 from service.errors import ENCODING_ROUTE_ERRORS
 from service.limits import Limits, StrictJSONRoute
-from service.pair_scoring import score_text_pairs
+from service.pair_scoring import NearestAnchors, score_text_pairs
+from service.routes.explain_schemas import (
+    ExplainedSource,
+    ExplainedTarget,
+    ExplainResponse,
+    NearestAnchor,
+    explain_request_model,
+)
 from service.schemas import SimilarityResponse, SimilarityScore, request_models
 
 
+def _anchors(engine: Engine, nearest: NearestAnchors) -> list[NearestAnchor]:
+    return [
+        NearestAnchor(anchor=i, text=engine.anchors.texts[i], cosine=cosine)
+        for i, cosine in zip(nearest.index, nearest.cosine, strict=True)
+    ]
+
+
 def build_router(settings: Settings) -> APIRouter:
-    models = request_models(Limits.from_settings(settings))
+    limits = Limits.from_settings(settings)
+    models = request_models(limits)
+    explain_model = explain_request_model(limits)
     router = APIRouter(tags=["similarity"], route_class=StrictJSONRoute)
 
     @router.post(
@@ -42,5 +60,43 @@ def build_router(settings: Settings) -> APIRouter:
             for k in range(len(pairs))
         ]
         return SimilarityResponse(scores=items, lambda_=lambda_inf, model_version=engine.version)
+
+    @router.post(
+        "/similarity/explain",
+        response_model=ExplainResponse,
+        responses=ENCODING_ROUTE_ERRORS,
+    )
+    async def explain(
+        body: explain_model,
+        engine: EngineDep,
+        batcher: BatcherDep,
+        settings: SettingsDep,
+    ) -> ExplainResponse:
+        """Eq. 7 of the source against each target, with the anchors nearest each text: the
+        top of the rank vectors whose agreement is the rank term."""
+        pairs = [(body.source, target) for target in body.targets]
+        lambda_inf = settings.lambda_inf if body.lambda_ is None else body.lambda_
+        scored = await score_text_pairs(
+            engine, batcher, pairs, lambda_inf, nearest_anchors=body.anchors
+        )
+        source = set(scored.left_anchors[0].index)
+        targets = [
+            ExplainedTarget(
+                score=scored.score[k],
+                cosine=scored.cosine[k],
+                rank=scored.rank[k],
+                truncated=scored.truncated[k],
+                nearest_anchors=_anchors(engine, scored.right_anchors[k]),
+                shared_anchors=len(source.intersection(scored.right_anchors[k].index)),
+            )
+            for k in range(len(pairs))
+        ]
+        return ExplainResponse(
+            source=ExplainedSource(nearest_anchors=_anchors(engine, scored.left_anchors[0])),
+            targets=targets,
+            lambda_=lambda_inf,
+            anchor_count=engine.anchors.count,
+            model_version=engine.version,
+        )
 
     return router

@@ -331,6 +331,8 @@ def test_a_versions_diagnostics_report_and_its_charts(admin):
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["version"] == "reported"
+    versions = {v["version"]: v for v in admin.get("/admin/models").json()["versions"]}
+    assert (versions["reported"]["has_report"], versions["v1"]["has_report"]) == (True, False)
     assert {"heros", "geometry", "ranking", "similar_pairs"} <= set(body["report"])
     assert set(body["charts"]) == {"heros", "geometry", "similar_pairs"}
     for url in body["charts"].values():

@@ -50,8 +50,11 @@ LONG_PARAMS: dict[str, Any] = TINY_PARAMS | {
 
 @pytest.fixture(scope="session")
 def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_data(tmp_path_factory.mktemp("data"))
+
+
+def write_tiny_data(root: Path) -> Path:
     """A SentEval dir with the first lines of the real dev sets (the gate's input)."""
-    root = tmp_path_factory.mktemp("data")
     stsb = root / "senteval" / "STS" / "STSBenchmark"
     sick = root / "senteval" / "SICK"
     stsb.mkdir(parents=True)

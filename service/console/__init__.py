@@ -1,0 +1,1 @@
+"""The web console served at /console (service/console/routes.py)."""

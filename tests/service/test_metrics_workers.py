@@ -35,6 +35,15 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = 180) -
         time.sleep(0.2)
 
 
+def accepts(url: str) -> bool:
+    """Whether the server answers at all (any status): its socket is accepting."""
+    try:
+        httpx.get(url, timeout=10)
+    except httpx.TransportError:
+        return False
+    return True
+
+
 def health_count(samples: list) -> float:
     return sum(
         s.value
@@ -94,6 +103,10 @@ def test_metrics_add_up_over_two_workers(tmp_path: Path, anchors: AnchorSet, anc
         (directory,) = temp.glob("rankserve-metrics-*")
         # Each worker's queue gauge is created with its app: two files, two workers up.
         wait_for(lambda: len(list(directory.glob("gauge_livesum_*.db"))) == 2, "two workers")
+        # A worker's app (and its gauge file) exists before its server accepts connections: on
+        # a loaded machine the first requests could otherwise be refused.
+        # /ready, not /health: the /health answers are the ones counted below.
+        wait_for(lambda: accepts(f"{url}/ready"), "the server to accept connections")
 
         def health(_: int) -> None:
             # A connection per request, several at once: the kernel hands them to both workers.

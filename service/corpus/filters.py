@@ -39,10 +39,10 @@ from service.errors import validation_message
 CLAUSES = ("must", "should", "must_not")
 MAX_CLAUSE_CONDITIONS = 64  # conditions in one must/should/must_not list
 MAX_MATCH_VALUES = 256  # values of one match.any or match.except
-_SAFE_INT = 2**53  # as for metadata: JSON numbers past this lose precision in JavaScript
+SAFE_INT = 2**53  # JSON numbers past this lose precision in JavaScript clients
 
 
-def _json_integer(value: object) -> object:
+def json_integer(value: object) -> object:
     """JSON Schema's integer: 5 and 5.0, but not `true` or "5" (pydantic's lax int takes both)."""
     if isinstance(value, bool | str):
         raise ValueError("Input should be a valid integer")
@@ -55,7 +55,7 @@ MetadataKey = Annotated[str, Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$
 MatchString = Annotated[StrictStr, Field(max_length=256)]
 # The bounds come before the validator: after it, pydantic would write them into the JSON
 # schema as unknown "ge"/"le" keywords rather than minimum/maximum.
-MatchInteger = Annotated[int, Field(ge=-_SAFE_INT, le=_SAFE_INT), BeforeValidator(_json_integer)]
+MatchInteger = Annotated[int, Field(ge=-SAFE_INT, le=SAFE_INT), BeforeValidator(json_integer)]
 MatchList = (
     Annotated[list[MatchString], Field(max_length=MAX_MATCH_VALUES)]
     | Annotated[list[MatchInteger], Field(max_length=MAX_MATCH_VALUES)]

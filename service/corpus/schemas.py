@@ -24,7 +24,13 @@ from pydantic import (
 )
 
 from core.settings import Settings
-from service.corpus.filters import QdrantFilter, filter_field_schema, filter_kind
+from service.corpus.filters import (
+    SAFE_INT,
+    QdrantFilter,
+    filter_field_schema,
+    filter_kind,
+    json_integer,
+)
 from service.schemas import LambdaField
 
 # A safe set for URL paths and Redis keys; the first character excludes "." and ".." ids.
@@ -33,7 +39,6 @@ ID_PATTERN = f"^{ID_REGEX}$"
 # /documents/delete is the batch-delete route, so "delete" cannot name a document.
 RESERVED_ID = "delete"
 METADATA_KEY_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,63}$"
-_SAFE_INT = 2**53  # JSON numbers past this lose precision in JavaScript clients
 
 
 def _not_reserved(doc_id: str) -> str:
@@ -54,7 +59,7 @@ DocumentId = Annotated[
 MetadataKey = Annotated[str, Field(pattern=METADATA_KEY_PATTERN)]
 MetadataScalar = (
     StrictBool
-    | Annotated[StrictInt, Field(ge=-_SAFE_INT, le=_SAFE_INT)]
+    | Annotated[StrictInt, Field(ge=-SAFE_INT, le=SAFE_INT)]
     | Annotated[StrictFloat, Field(allow_inf_nan=False)]
     | Annotated[StrictStr, Field(max_length=256)]
     | None
@@ -65,16 +70,7 @@ MetadataValue = (
 )
 
 
-def _json_integer(value: object) -> object:
-    """JSON Schema's integer: 5 and 5.0, but not `true` or "5" (pydantic's lax int takes both)."""
-    if isinstance(value, bool | str):
-        raise ValueError("Input should be a valid integer")
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
-
-
-JsonInt = Annotated[int, BeforeValidator(_json_integer)]
+JsonInt = Annotated[int, BeforeValidator(json_integer)]
 
 
 @dataclass(frozen=True)

@@ -117,14 +117,19 @@ def _stored_report(ops: Operations, version: str) -> tuple[dict[str, Any], pathl
         raise ConflictError(f"bundle {version!r} is unusable") from None
 
 
-def build_router(settings: Settings) -> APIRouter:
-    router = APIRouter(
+def admin_router() -> APIRouter:
+    """A router under /admin behind the admin token, with the errors every admin route shares."""
+    return APIRouter(
         prefix="/admin",
         tags=["admin"],
         route_class=StrictJSONRoute,
         dependencies=[Depends(require_admin)],
         responses=error_responses(UnauthorizedError, ForbiddenError, StoreDownError),
     )
+
+
+def build_router(settings: Settings) -> APIRouter:
+    router = admin_router()
 
     @router.post(
         "/retrain",

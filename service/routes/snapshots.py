@@ -12,7 +12,7 @@ import asyncio
 import logging
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.bundle_manifest import BundleStoreUnavailableError
@@ -32,16 +32,13 @@ from core.snapshots import (
 from service.corpus.lifespan import CorpusDep
 from service.errors import (
     ConflictError,
-    ForbiddenError,
     InvalidRequestError,
     NotFoundError,
     NotReadyError,
     StoreDownError,
-    UnauthorizedError,
     error_responses,
 )
-from service.limits import StrictJSONRoute
-from service.routes.admin import OperationsDep, require_admin
+from service.routes.admin import OperationsDep, admin_router
 
 logger = logging.getLogger(__name__)
 
@@ -98,13 +95,7 @@ def _view(manifest: SnapshotManifest) -> SnapshotView:
 
 
 def build_router(settings: Settings) -> APIRouter:
-    router = APIRouter(
-        prefix="/admin",
-        tags=["admin"],
-        route_class=StrictJSONRoute,
-        dependencies=[Depends(require_admin)],
-        responses=error_responses(UnauthorizedError, ForbiddenError, StoreDownError),
-    )
+    router = admin_router()
 
     @router.post(
         "/snapshots",

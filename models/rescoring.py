@@ -7,6 +7,13 @@ normalised rank vectors of Eq. 2-3 against the anchor matrix.
 A candidate's z_q.z_d is exact (its rank vector computed now from its embedding) unless the
 caller passes StoredRanks: quantised rank codes (models/rank_codes.py) for some candidates,
 whose similarity is then one dot product each; the others are still computed exactly.
+
+Rank vectors are the cost (a (n, m) product with the anchors and a sort per row), and most
+candidates cannot reach the top_k: Spearman's rho is at most 1, so a candidate scores at most
+(1 - lambda) cos + lambda. `rescore` takes candidates by cosine, best first, in blocks, and stops
+once that bound of the next one is below the k-th best score found, which leaves the same hits
+as scoring every candidate (a threshold algorithm, as in Fagin et al., "Optimal aggregation
+algorithms for middleware", PODS 2001).
 """
 
 from collections.abc import Iterable
@@ -17,6 +24,11 @@ import torch
 
 from models.rank_codes import RankCodec
 from models.ranking import blend, rank_vectors, rank_vectors_chunked
+
+# Spearman's rho of two rank vectors is at most 1; the margin covers float32 rounding and the
+# rescaling of decoded rank codes (models/rank_codes.py), which can lift a rho a hair above 1.
+_RHO_MAX = 1.01
+_BLOCK = 16  # candidates per rank-vector batch after the first top_k
 
 
 @dataclass(frozen=True)
@@ -39,6 +51,12 @@ class StoredRanks:
     found: np.ndarray  # (n,) bool: candidate j has a row
     codes: np.ndarray  # (found.sum(), row_bytes) uint8, in candidate order
     codec: RankCodec
+
+    def take(self, positions: np.ndarray) -> "StoredRanks":
+        """The rows of the candidates at `positions` (p,), in that order."""
+        rows = np.cumsum(self.found) - 1  # (n,) each found candidate's row in codes
+        found = self.found[positions]  # (p,)
+        return StoredRanks(found, self.codes[rows[positions][found]], self.codec)
 
 
 def eq7_scores(
@@ -84,13 +102,31 @@ def rescore(
     top_k: int,
     stored: StoredRanks | None = None,
 ) -> SearchHits:
-    """The top_k of candidates `ids` (n,) with embeddings `vectors` (n, dim) by Eq. 7."""
+    """The top_k of candidates `ids` (n,) with embeddings `vectors` (n, dim) by Eq. 7.
+
+    Exact: the hits of scoring every candidate, with rank vectors computed only for those whose
+    score bound (module docstring) can still reach the top_k.
+    """
     if len(ids) == 0:
         return empty_hits()
     query_t, query_rank = query_vectors(query, anchors)
     documents = torch.from_numpy(vectors).to(anchors.device)  # (n, dim)
-    score, cosine, rank = eq7_scores(query_t, query_rank, documents, anchors, lambda_inf, stored)
-    return top_hits(ids, score.cpu().numpy(), cosine.cpu().numpy(), rank.cpu().numpy(), top_k)
+    cosine = (documents @ query_t).cpu().numpy()  # (n,)
+    order = np.lexsort((ids, -cosine))  # (n,) cosine descending, then id
+    bound = (1.0 - lambda_inf) * cosine[order] + lambda_inf * _RHO_MAX  # (n,) non-increasing
+    kept = empty_hits()
+    start, block = 0, max(top_k, _BLOCK)
+    while start < len(order):
+        if len(kept) == top_k and bound[start] < kept.scores[-1]:
+            break
+        take = order[start : start + block]  # (b,)
+        part = None if stored is None else stored.take(take)
+        score, cos, rank = eq7_scores(
+            query_t, query_rank, documents[take], anchors, lambda_inf, part
+        )
+        kept = _merge(kept, ids[take], score, cos, rank, top_k)
+        start, block = start + len(take), _BLOCK
+    return kept
 
 
 def rescore_chunks(
@@ -107,14 +143,26 @@ def rescore_chunks(
     for ids, vectors in chunks:
         documents = torch.from_numpy(vectors).to(anchors.device)  # (c, dim)
         score, cosine, rank = eq7_scores(query_t, query_rank, documents, anchors, lambda_inf)
-        kept = top_hits(
-            np.concatenate([kept.ids, ids]),
-            np.concatenate([kept.scores, score.cpu().numpy()]),
-            np.concatenate([kept.cosine, cosine.cpu().numpy()]),
-            np.concatenate([kept.rank, rank.cpu().numpy()]),
-            top_k,
-        )
+        kept = _merge(kept, ids, score, cosine, rank, top_k)
     return kept
+
+
+def _merge(
+    kept: SearchHits,
+    ids: np.ndarray,
+    score: torch.Tensor,
+    cosine: torch.Tensor,
+    rank: torch.Tensor,
+    top_k: int,
+) -> SearchHits:
+    """The top_k of `kept` and newly scored candidates (ids (c,), the rest (c,) tensors)."""
+    return top_hits(
+        np.concatenate([kept.ids, ids]),
+        np.concatenate([kept.scores, score.cpu().numpy()]),
+        np.concatenate([kept.cosine, cosine.cpu().numpy()]),
+        np.concatenate([kept.rank, rank.cpu().numpy()]),
+        top_k,
+    )
 
 
 def top_hits(

@@ -1,0 +1,104 @@
+"""Eq. 7 rescoring with its score bound: the same hits as scoring every candidate."""
+
+import numpy as np
+import pytest
+import torch
+
+from models import rescoring
+from models.rank_codes import RankCodec
+from models.ranking import anchor_ranks
+from models.rescoring import SearchHits, StoredRanks, eq7_scores, query_vectors, rescore, top_hits
+
+DIM, M = 32, 500
+
+
+def unit(rng: np.random.Generator, n: int, spread: float) -> np.ndarray:
+    """n unit vectors around one direction: spread 0 is that direction, large is uniform."""
+    centre = np.ones(DIM, dtype=np.float32)
+    points = centre / np.sqrt(DIM) + spread * rng.standard_normal((n, DIM)).astype(np.float32)
+    return (points / np.linalg.norm(points, axis=1, keepdims=True)).astype(np.float32)
+
+
+def score_all(
+    query: torch.Tensor,
+    anchors: torch.Tensor,
+    ids: np.ndarray,
+    vectors: np.ndarray,
+    lambda_inf: float,
+    top_k: int,
+    stored: StoredRanks | None = None,
+) -> SearchHits:
+    """Every candidate scored, no bound: the reference."""
+    query_t, query_rank = query_vectors(query, anchors)
+    score, cosine, rank = eq7_scores(
+        query_t, query_rank, torch.from_numpy(vectors), anchors, lambda_inf, stored
+    )
+    return top_hits(ids, score.numpy(), cosine.numpy(), rank.numpy(), top_k)
+
+
+def assert_same(hits: SearchHits, reference: SearchHits) -> None:
+    np.testing.assert_array_equal(hits.ids, reference.ids)
+    np.testing.assert_allclose(hits.scores, reference.scores, atol=1e-6)
+    np.testing.assert_allclose(hits.cosine, reference.cosine, atol=1e-6)
+    np.testing.assert_allclose(hits.rank, reference.rank, atol=1e-6)
+
+
+@pytest.mark.parametrize("lambda_inf", [0.0, 0.1, 0.5, 1.0])
+@pytest.mark.parametrize("top_k", [1, 10, 150])
+@pytest.mark.parametrize("spread", [0.05, 0.3, 3.0])
+def test_bounded_rescoring_equals_scoring_every_candidate(
+    lambda_inf: float, top_k: int, spread: float
+) -> None:
+    rng = np.random.default_rng(int(lambda_inf * 10) + top_k + int(spread * 100))
+    anchors = torch.from_numpy(unit(rng, M, 3.0))
+    vectors = unit(rng, 120, spread)
+    ids = rng.permutation(10_000)[:120].astype(np.int64)
+    query = torch.from_numpy(unit(rng, 1, spread)[0])
+    hits = rescore(query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k)
+    assert_same(hits, score_all(query, anchors, ids, vectors, lambda_inf, top_k))
+
+
+def test_equal_cosines_keep_the_smaller_id_first() -> None:
+    rng = np.random.default_rng(7)
+    anchors = torch.from_numpy(unit(rng, M, 3.0))
+    vectors = np.repeat(unit(rng, 1, 1.0), 40, axis=0)  # 40 copies: every score ties
+    ids = np.arange(1000, 960, -1, dtype=np.int64)
+    query = torch.from_numpy(unit(rng, 1, 1.0)[0])
+    hits = rescore(query, anchors, ids, vectors, lambda_inf=0.1, top_k=5)
+    np.testing.assert_array_equal(hits.ids, [961, 962, 963, 964, 965])
+
+
+def test_stored_ranks_are_taken_for_the_scored_candidates_only() -> None:
+    rng = np.random.default_rng(3)
+    anchors = torch.from_numpy(unit(rng, M, 3.0))
+    vectors = unit(rng, 100, 0.3)
+    ids = np.arange(100, dtype=np.int64)
+    codec = RankCodec(M, 8)
+    found = rng.random(100) < 0.6  # some candidates have codes, the others are exact
+    ranks = anchor_ranks(torch.from_numpy(vectors[found]), anchors).numpy().astype(np.int64)
+    stored = StoredRanks(found, codec.encode(ranks), codec)
+    query = torch.from_numpy(unit(rng, 1, 0.3)[0])
+    hits = rescore(query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=stored)
+    assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10, stored))
+
+
+def test_candidates_that_cannot_reach_the_top_k_get_no_rank_vector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rows: list[int] = []
+    original = rescoring.rank_vectors_chunked
+
+    def counted(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+        rows.append(len(embeddings))
+        return original(embeddings, anchors)
+
+    monkeypatch.setattr(rescoring, "rank_vectors_chunked", counted)
+    rng = np.random.default_rng(11)
+    anchors = torch.from_numpy(unit(rng, M, 3.0))
+    vectors = unit(rng, 100, 1.0)  # cosines to the query spread over a wide range
+    query = torch.from_numpy(unit(rng, 1, 1.0)[0])
+    ids = np.arange(100, dtype=np.int64)
+    hits = rescore(query, anchors, ids, vectors, lambda_inf=0.1, top_k=10)
+    scored = sum(rows)
+    assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10))
+    assert 10 <= scored < 100

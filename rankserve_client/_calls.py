@@ -108,6 +108,15 @@ def similarity_to(source: str, targets: Sequence[str], lambda_: float | None) ->
     return Call("POST", "/similarity", body=body)
 
 
+def explain(
+    source: str, targets: Sequence[str], anchors: int | None, lambda_: float | None
+) -> Call:
+    body = {"source": source, "targets": list(targets)}
+    return Call(
+        "POST", "/similarity/explain", body=body | _given(anchors=anchors, **{"lambda": lambda_})
+    )
+
+
 def rerank(
     query: str,
     documents: Sequence[str],

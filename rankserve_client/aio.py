@@ -19,6 +19,7 @@ from rankserve_client.types import (
     DocumentPage,
     EmbeddingsResult,
     EncodeResult,
+    ExplainResult,
     Health,
     Info,
     Job,
@@ -147,6 +148,19 @@ class AsyncClient:
         """Eq. 7 scores of one source against each target, in target order."""
         call = _calls.similarity_to(source, targets, lambda_)
         return cast(SimilarityResult, await self._send(call))
+
+    async def explain(
+        self,
+        source: str,
+        targets: Sequence[str],
+        *,
+        anchors: int | None = None,
+        lambda_: float | None = None,
+    ) -> ExplainResult:
+        """Eq. 7 of source against each target, with each text's nearest anchors
+        (POST /similarity/explain)."""
+        call = _calls.explain(source, targets, anchors, lambda_)
+        return cast(ExplainResult, await self._send(call))
 
     async def rerank(
         self,

@@ -18,6 +18,7 @@ from rankserve_client.types import (
     DocumentPage,
     EmbeddingsResult,
     EncodeResult,
+    ExplainResult,
     Health,
     Info,
     Job,
@@ -146,6 +147,19 @@ class Client:
         """Eq. 7 scores of one source against each target, in target order."""
         call = _calls.similarity_to(source, targets, lambda_)
         return cast(SimilarityResult, self._send(call))
+
+    def explain(
+        self,
+        source: str,
+        targets: Sequence[str],
+        *,
+        anchors: int | None = None,
+        lambda_: float | None = None,
+    ) -> ExplainResult:
+        """Eq. 7 of source against each target, with each text's nearest anchors
+        (POST /similarity/explain)."""
+        call = _calls.explain(source, targets, anchors, lambda_)
+        return cast(ExplainResult, self._send(call))
 
     def rerank(
         self,

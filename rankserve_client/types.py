@@ -58,6 +58,33 @@ SimilarityResult = TypedDict(
 )
 
 
+class NearestAnchor(TypedDict):
+    anchor: int  # index in the serving anchor set
+    text: str
+    cosine: float
+
+
+class ExplainedSource(TypedDict):
+    nearest_anchors: list[NearestAnchor]  # highest cosine first
+
+
+class ExplainedTarget(SimilarityScore):
+    nearest_anchors: list[NearestAnchor]
+    shared_anchors: int  # how many of them are among the source's nearest
+
+
+ExplainResult = TypedDict(
+    "ExplainResult",
+    {
+        "source": ExplainedSource,
+        "targets": list[ExplainedTarget],
+        "lambda": float,
+        "anchor_count": int,
+        "model_version": str,
+    },
+)
+
+
 class RerankDocument(TypedDict):
     text: str
 

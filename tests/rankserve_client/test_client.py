@@ -91,6 +91,13 @@ def test_similarity_and_rerank(client: Client, encoder: Encoder, anchors: Anchor
     source, targets = PAIRS[0][0], [b for _, b in PAIRS]
     one_to_many = client.similarity_to(source, targets, lambda_=0.5)
     assert [s["score"] for s in one_to_many["scores"]] == pytest.approx(served.tolist(), abs=1e-5)
+    explained = client.explain(source, targets, anchors=3, lambda_=0.5)
+    assert (explained["lambda"], explained["anchor_count"]) == (0.5, len(anchors.texts))
+    assert [t["score"] for t in explained["targets"]] == pytest.approx(served.tolist(), abs=1e-5)
+    nearest = explained["source"]["nearest_anchors"]
+    assert [a["text"] for a in nearest] == [anchors.texts[a["anchor"]] for a in nearest]
+    assert [a["cosine"] for a in nearest] == sorted((a["cosine"] for a in nearest), reverse=True)
+    assert all(len(t["nearest_anchors"]) == 3 for t in explained["targets"])
 
     ranked = client.rerank(source, targets[::-1], top_n=1, return_documents=True, lambda_=0.5)
     assert ranked["lambda"] == 0.5
@@ -276,6 +283,9 @@ async def test_async_client_covers_the_same_calls(server: Server, encoder: Encod
         assert ranked["results"][0]["index"] == 1
         similar = await client.similarity(PAIRS)
         assert similar["scores"][0]["score"] > similar["scores"][1]["score"]
+        explained = await client.explain(PAIRS[0][0], [PAIRS[0][1]], anchors=2)
+        assert explained["targets"][0]["score"] == pytest.approx(similar["scores"][0]["score"])
+        assert len(explained["source"]["nearest_anchors"]) == 2
         ids = (
             await client.upsert_documents(
                 [{"text": f"note {i}", "metadata": {"s": suite}} for i in range(3)]

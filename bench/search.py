@@ -13,7 +13,9 @@ size; nothing is allocated past --max-memory-mb (default 80 % of what is availab
 a size that does not fit is skipped, and a store that does not fit holds only the rows the
 benchmark queries need (said in its row).
 Embeddings are synthetic at every N (Gaussian clusters on the unit sphere, 384 dimensions,
-anchors from the same clusters): cost depends on N, M and the dimension, not on content.
+anchors from the same clusters). The exact path ranks only the candidates whose score bound can
+still reach the top_k (models/rescoring.py), so its cost also depends on how spread the
+candidates' cosines are: in these clusters, at N = 100k, a query's top 100 span about 0.15.
 Encoding the query is not included (see bench.scoring).
 
     python -m bench.search [--sizes 10000 100000 1000000] [--queries 100] [--anchors 10000]

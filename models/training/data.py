@@ -48,6 +48,15 @@ class TrainingData:
     def __len__(self) -> int:
         return len(self.triples) or len(self.sentences)
 
+    @property
+    def texts(self) -> list[str]:
+        """Every distinct text the examples hold, in first-occurrence order."""
+        if not self.triples:
+            return self.sentences
+        members = (t for triple in self.triples for t in (triple.anchor, triple.positive))
+        negatives = (triple.negative for triple in self.triples if triple.negative)
+        return list(dict.fromkeys([*members, *negatives]))
+
 
 def _check_path(path: Path) -> None:
     if path.name in EVALUATION_FILES:

@@ -17,6 +17,7 @@ from torch import nn
 
 from models.losses.infonce import InfoNCELoss
 from models.losses.mnrl import MNRLLoss
+from models.losses.mnrl_distillation import MNRLDistillationLoss
 from models.losses.rankcse import Listwise, RankCSELoss
 from models.losses.rankencoder import RankEncoderLoss
 from models.losses.similarity_distillation import SimilarityDistillationLoss
@@ -30,6 +31,7 @@ class Method(StrEnum):
     RANKCSE_LISTMLE = "rankcse-listmle"
     MNRL = "mnrl"
     SIMILARITY_DISTILLATION = "similarity-distillation"
+    MNRL_DISTILLATION = "mnrl-distillation"
 
 
 class DataKind(StrEnum):
@@ -41,7 +43,7 @@ class SignalKind(StrEnum):
     NONE = "none"
     COSINE = "cosine"  # the teacher's in-batch cosine matrices (RankCSE S^T)
     RANK = "rank"  # the teacher's in-batch rank-vector similarities (RankEncoder u_i.u_j)
-    EMBEDDINGS = "embeddings"  # teacher's and parent's embeddings of the whole training text
+    EMBEDDINGS = "embeddings"  # teacher's and parent's embeddings of every training text
 
 
 class UnknownMethodError(ValueError):
@@ -50,8 +52,9 @@ class UnknownMethodError(ValueError):
 
 @dataclass(frozen=True)
 class EmbeddingSignals:
-    """Unit embeddings of every training sentence, computed once before training."""
+    """Unit embeddings of every distinct training text, computed once before training."""
 
+    texts: list[str]  # (N,) TrainingData.texts: the sentences, or the triples' distinct texts
     teacher: torch.Tensor  # (N, d_t)
     parent: torch.Tensor  # (N, d) the frozen starting point of the student
 
@@ -107,6 +110,24 @@ def _similarity_distillation(
         top_k=config.distill_top_k,
         random_columns=config.distill_random_columns,
         seed=config.seed,
+    )
+
+
+def _mnrl_distillation(
+    model: SentenceTransformer, config: TrainConfig, signals: EmbeddingSignals | None
+) -> nn.Module:
+    if signals is None:
+        raise ValueError("MNRL distillation needs the teacher's and parent's embeddings")
+    return MNRLDistillationLoss(
+        model,
+        signals.texts,
+        signals.teacher,
+        signals.parent,
+        alpha=config.distill_alpha,
+        scale=config.mnrl_scale,
+        tau=config.distill_tau,
+        kl_weight=config.distill_kl_weight,
+        mse_weight=config.distill_mse_weight,
     )
 
 
@@ -177,6 +198,15 @@ METHODS: Mapping[Method, MethodSpec] = MappingProxyType(
             signal=SignalKind.EMBEDDINGS,
             teachers=(1, 1),
             paper=_RANKCSE_PAPER,
+        ),
+        # Ours: MNRL's triples with the in-batch similarity matrix distilled from the same mixed
+        # teachers (models/losses/mnrl_distillation.py); the paper preset is MNRL's.
+        Method.MNRL_DISTILLATION: MethodSpec(
+            loss=_mnrl_distillation,
+            data=DataKind.NLI_TRIPLES,
+            signal=SignalKind.EMBEDDINGS,
+            teachers=(1, 1),
+            paper={"batch_size": 12, "learning_rate": 2e-5, "warmup_ratio": 0.1},
         ),
     }
 )

@@ -101,21 +101,24 @@ def _teacher_signals(
 
 
 def _embedding_signals(
+    method: Method,
     teachers: list[Path | None],
     parent: Encoder,
     data: TrainingData,
     config: TrainConfig,
     cache_dir: Path,
 ) -> tuple[EmbeddingSignals, list[dict[str, str]]]:
-    """The teacher's and the parent's embeddings of every training sentence (cached)."""
+    """The teacher's and the parent's embeddings of every distinct training text (cached)."""
     if len(teachers) != 1:
-        raise ValueError(f"similarity distillation takes one teacher, got {len(teachers)}")
+        raise ValueError(f"{method} takes one teacher, got {len(teachers)}")
     (path,) = teachers
     teacher = load_encoder(path, device=config.device)
     record = {"name": teacher.name, "path": str(teacher.path), "checksum": teacher.checksum}
+    texts = data.texts
     signals = EmbeddingSignals(
-        teacher=encode_cached(teacher, data.sentences, cache_dir),  # (N, d_t)
-        parent=encode_cached(parent, data.sentences, cache_dir),  # (N, d)
+        texts=texts,
+        teacher=encode_cached(teacher, texts, cache_dir),  # (N, d_t)
+        parent=encode_cached(parent, texts, cache_dir),  # (N, d)
     )
     return signals, [record]
 
@@ -164,7 +167,9 @@ def train(
     embeddings: EmbeddingSignals | None = None
     if spec.signal is SignalKind.EMBEDDINGS:
         signals = None
-        embeddings, teacher_records = _embedding_signals(teachers, parent, data, config, cache_dir)
+        embeddings, teacher_records = _embedding_signals(
+            method, teachers, parent, data, config, cache_dir
+        )
     else:
         signals, teacher_records = _teacher_signals(
             method, teachers, data, schedule, config, cache_dir, dev.anchor_corpus
@@ -234,7 +239,7 @@ def train(
             batch = [data.triples[i] for i in rows]
             negatives = [t.negative or "" for t in batch] if config.hard_negatives else None
             loss = loss_fn([t.anchor for t in batch], [t.positive for t in batch], negatives)
-        elif spec.signal is SignalKind.EMBEDDINGS:
+        elif spec.signal is SignalKind.EMBEDDINGS:  # similarity distillation: rows of the table
             loss = loss_fn([data.sentences[i] for i in rows], schedule[step])
         elif signals is None:
             loss = loss_fn([data.sentences[i] for i in rows])

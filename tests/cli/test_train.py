@@ -80,6 +80,7 @@ def write_config(path: Path, dev_copy: Path, **extra: object) -> Path:
         ("rankcse-listmle", "default"),
         ("mnrl", None),
         ("similarity-distillation", "default"),
+        ("mnrl-distillation", "default"),
     ],
 )
 def test_every_method_trains_end_to_end(isolated, dev_copy, tmp_path, method, teacher):

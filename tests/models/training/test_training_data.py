@@ -81,3 +81,12 @@ def test_sampling_is_seeded_and_checksummed(tmp_path: Path):
     assert set(first.files) == {str(STSB_TRAIN), str(SICK_TRAIN)}
     triples = load_triples([SNLI], 50, seed=0, hard_negatives=True)
     assert len(triples) == 50 and all(t.negative for t in triples.triples)
+
+
+def test_texts_are_the_distinct_texts_of_the_examples():
+    triples = load_triples([SNLI], 200, seed=1, hard_negatives=True)
+    texts = triples.texts
+    assert len(texts) == len(set(texts))
+    assert set(texts) == {t for x in triples.triples for t in (x.anchor, x.positive, x.negative)}
+    sentences = load_sentences([SICK_TRAIN], 50, seed=1)
+    assert sentences.texts == sentences.sentences

@@ -14,25 +14,13 @@ from models.losses.similarity_distillation import (
     self_mask,
     similarity_distillation,
 )
+from tests.models.losses.reference import ref_cos, t, unit_rows
 
 RNG = np.random.default_rng(11)
 
 
 def unit(rows: int, dim: int = 6) -> np.ndarray:
-    x = RNG.normal(size=(rows, dim))
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def t(x: np.ndarray) -> torch.Tensor:
-    return torch.tensor(x, dtype=torch.float64)
-
-
-def ref_cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    out = np.zeros((len(a), len(b)))
-    for i in range(len(a)):
-        for j in range(len(b)):
-            out[i, j] = a[i] @ b[j] / (np.linalg.norm(a[i]) * np.linalg.norm(b[j]))
-    return out
+    return unit_rows(RNG, rows, dim)
 
 
 def ref_kl(student: np.ndarray, target: np.ndarray, own: list[int], tau: float) -> float:

@@ -94,40 +94,48 @@ def _rankcse(listwise: Listwise) -> LossFactory:
     return build
 
 
+def _embeddings(signals: EmbeddingSignals | None) -> EmbeddingSignals:
+    if signals is None:
+        raise ValueError("a distillation loss needs the teacher's and parent's embeddings")
+    return signals
+
+
+def _distill_settings(config: TrainConfig) -> dict[str, float]:
+    """The settings both distillation losses share: teacher mixing, temperature, weights."""
+    return {
+        "alpha": config.distill_alpha,
+        "tau": config.distill_tau,
+        "kl_weight": config.distill_kl_weight,
+        "mse_weight": config.distill_mse_weight,
+    }
+
+
 def _similarity_distillation(
     model: SentenceTransformer, config: TrainConfig, signals: EmbeddingSignals | None
 ) -> nn.Module:
-    if signals is None:
-        raise ValueError("similarity distillation needs the teacher's and parent's embeddings")
+    embeddings = _embeddings(signals)
     return SimilarityDistillationLoss(
         model,
-        signals.teacher,
-        signals.parent,
-        alpha=config.distill_alpha,
-        tau=config.distill_tau,
-        kl_weight=config.distill_kl_weight,
-        mse_weight=config.distill_mse_weight,
+        embeddings.teacher,
+        embeddings.parent,
         top_k=config.distill_top_k,
         random_columns=config.distill_random_columns,
         seed=config.seed,
+        **_distill_settings(config),
     )
 
 
 def _mnrl_distillation(
     model: SentenceTransformer, config: TrainConfig, signals: EmbeddingSignals | None
 ) -> nn.Module:
-    if signals is None:
-        raise ValueError("MNRL distillation needs the teacher's and parent's embeddings")
+    embeddings = _embeddings(signals)
     return MNRLDistillationLoss(
         model,
-        signals.texts,
-        signals.teacher,
-        signals.parent,
-        alpha=config.distill_alpha,
+        embeddings.texts,
+        embeddings.teacher,
+        embeddings.parent,
         scale=config.mnrl_scale,
-        tau=config.distill_tau,
-        kl_weight=config.distill_kl_weight,
-        mse_weight=config.distill_mse_weight,
+        **_distill_settings(config),
     )
 
 

@@ -20,10 +20,10 @@ from core.loading import settings_dev_setup, settings_encoder
 from core.settings import DATA_DIR, get_settings
 from models.evaluation.bootstrap import TaskScores, paired_bootstrap
 from models.evaluation.sts import Scoring
-from models.training.config import Recipe, TrainConfig, recipe_config
+from models.training.config import Recipe, TrainConfig
 from models.training.data import read_text_file
 from models.training.dev_eval import dev_metrics, dev_predictions
-from models.training.methods import Method
+from models.training.methods import Method, method_config
 from models.training.trainer import train
 from worker.training_text import TextSource, training_text
 
@@ -42,7 +42,7 @@ def main() -> None:
     args = parser.parse_args()
 
     settings = get_settings()
-    config = recipe_config(args.recipe)
+    config = method_config(args.method, args.recipe)
     if args.config:
         config = TrainConfig.from_file(args.config, base=config)
     dev = settings_dev_setup(settings, config.eval_anchor_count)

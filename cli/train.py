@@ -9,8 +9,8 @@ from rich.table import Table
 
 from core.loading import settings_dev_setup
 from core.settings import get_settings
-from models.training.config import Recipe, TrainConfig, recipe_config
-from models.training.methods import Method, method_spec
+from models.training.config import Recipe, TrainConfig
+from models.training.methods import Method, method_config, method_spec
 from models.training.trainer import ResumeMismatchError
 from models.training.trainer import train as run_training
 
@@ -79,7 +79,7 @@ def train(
     """Train a student (SimCSE, RankEncoder, RankCSE ListNet/ListMLE, MNRL) and evaluate it."""
     settings = get_settings()
     console = Console()
-    train_config = recipe_config(recipe)
+    train_config = method_config(method, recipe)
     if config:
         train_config = TrainConfig.from_file(config, base=train_config)
     if method_spec(method).teachers[0] > 0 and not teacher:

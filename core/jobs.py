@@ -27,8 +27,8 @@ from rq.serializers import JSONSerializer
 from core.bundle_manifest import validate_version
 from core.redis_keys import RedisKeys
 from core.settings import Settings
-from models.training.config import Recipe, TrainConfig, recipe_config
-from models.training.methods import Method, method_spec
+from models.training.config import Recipe, TrainConfig
+from models.training.methods import Method, method_config, method_spec
 
 RETRAIN_FUNCTION = "worker.retrain.run_retrain"
 PROGRESS = "progress"  # job.meta key the job writes and the admin API reads
@@ -86,7 +86,7 @@ def parse_request(
     if forbidden:
         raise RetrainRequestError(f"params {forbidden} are set by the worker's settings")
     try:
-        config = recipe_config(recipe, **request.params)
+        config = method_config(parsed, recipe, **request.params)
     except ValueError as error:
         raise RetrainRequestError(f"invalid params: {error}") from None
     low, high = spec.teachers

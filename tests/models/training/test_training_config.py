@@ -11,6 +11,7 @@ from models.training.methods import (
     Method,
     SignalKind,
     UnknownMethodError,
+    method_config,
     method_spec,
     paper_config,
 )
@@ -33,6 +34,16 @@ def test_recipes_by_name():
     assert full.max_sentences is None and full.seed == 3
     with pytest.raises(ValueError, match="not a valid Recipe"):
         recipe_config("huge")
+
+
+def test_a_method_row_adjusts_the_full_recipe_and_overrides_still_win():
+    full = recipe_config(Recipe.FULL)
+    assert method_config(Method.MNRL, "full") == full
+    tuned = method_config(Method.MNRL_DISTILLATION, "full")
+    assert tuned == full.model_copy(update=dict(METHODS[Method.MNRL_DISTILLATION].full))
+    assert tuned.learning_rate != full.learning_rate
+    assert method_config(Method.MNRL_DISTILLATION, "quick") == TrainConfig()
+    assert method_config(Method.MNRL_DISTILLATION, "full", learning_rate=1e-6).learning_rate == 1e-6
 
 
 def test_every_method_has_one_row_and_unknown_names_are_errors():

@@ -10,10 +10,10 @@ whose similarity is then one dot product each; the others are still computed exa
 
 Rank vectors are the cost (a (n, m) product with the anchors and a sort per row), and most
 candidates cannot reach the top_k: Spearman's rho is at most 1, so a candidate scores at most
-(1 - lambda) cos + lambda. `rescore` takes candidates by cosine, best first, in blocks, and stops
-once that bound of the next one is below the k-th best score found, which leaves the same hits
-as scoring every candidate (a threshold algorithm, as in Fagin et al., "Optimal aggregation
-algorithms for middleware", PODS 2001).
+(1 - lambda) cos + lambda. `rescore` scores the best candidates by cosine first, then only those
+whose bound still reaches the k-th best score found, which leaves the same hits as scoring every
+candidate (a threshold algorithm, as in Fagin et al., "Optimal aggregation algorithms for
+middleware", PODS 2001).
 """
 
 from collections.abc import Iterable
@@ -28,7 +28,7 @@ from models.ranking import blend, rank_vectors, rank_vectors_chunked
 # Spearman's rho of two rank vectors is at most 1; the margin covers float32 rounding and the
 # rescaling of decoded rank codes (models/rank_codes.py), which can lift a rho a hair above 1.
 _RHO_MAX = 1.01
-_BLOCK = 16  # candidates per rank-vector batch after the first top_k
+_BLOCK = 16  # candidates scored first (at least top_k), and per block of stored codes
 
 
 @dataclass(frozen=True)
@@ -109,24 +109,59 @@ def rescore(
     """
     if len(ids) == 0:
         return empty_hits()
-    query_t, query_rank = query_vectors(query, anchors)
+    query_t = query.to(device=anchors.device, dtype=torch.float32).reshape(-1)  # (dim,)
     documents = torch.from_numpy(vectors).to(anchors.device)  # (n, dim)
     cosine = (documents @ query_t).cpu().numpy()  # (n,)
     order = np.lexsort((ids, -cosine))  # (n,) cosine descending, then id
     bound = (1.0 - lambda_inf) * cosine[order] + lambda_inf * _RHO_MAX  # (n,) non-increasing
+    if stored is None:
+        return _rescore_exact(query_t, anchors, ids, documents, order, bound, lambda_inf, top_k)
+    query_rank = rank_vectors(query_t[None], anchors)[0]  # (m,)
     kept = empty_hits()
     start, block = 0, max(top_k, _BLOCK)
+    if stored.found.all():
+        block = len(order)  # codes cost a dot product each: one pass beats the bound's blocks
     while start < len(order):
         if len(kept) == top_k and bound[start] < kept.scores[-1]:
             break
         take = order[start : start + block]  # (b,)
-        part = None if stored is None else stored.take(take)
         score, cos, rank = eq7_scores(
-            query_t, query_rank, documents[take], anchors, lambda_inf, part
+            query_t, query_rank, documents[take], anchors, lambda_inf, stored.take(take)
         )
         kept = _merge(kept, ids[take], score, cos, rank, top_k)
         start, block = start + len(take), _BLOCK
     return kept
+
+
+def _rescore_exact(
+    query: torch.Tensor,
+    anchors: torch.Tensor,
+    ids: np.ndarray,
+    documents: torch.Tensor,
+    order: np.ndarray,
+    bound: np.ndarray,
+    lambda_inf: float,
+    top_k: int,
+) -> SearchHits:
+    """rescore's exact path in two products with the anchor matrix, since each one reads all of
+    it (15 MB at M = 10k: on CPU the read, not the arithmetic, is what a small block costs):
+    the query with the best candidates by cosine, then every other candidate whose bound
+    reaches the k-th score found. That score only rises as more are scored, so no candidate
+    left out could have entered the top_k."""
+    head = order[: max(top_k, _BLOCK)]  # (h,)
+    ranks = rank_vectors(torch.cat([query[None], documents[head]]), anchors)  # (1 + h, m)
+    query_rank, ranks = ranks[0], ranks[1:]  # (m,), (h, m)
+    cosine = documents[head] @ query  # (h,)
+    rank = ranks @ query_rank  # (h,)
+    kept = _merge(empty_hits(), ids[head], blend(cosine, rank, lambda_inf), cosine, rank, top_k)
+    # bound is non-increasing, so the candidates that still reach the k-th score are a prefix
+    # (none is left when head held every candidate, however few).
+    reach = len(head) + int(np.count_nonzero(bound[len(head) :] >= kept.scores[-1]))
+    if reach == len(head):
+        return kept
+    take = order[len(head) : reach]  # (r,)
+    score, cos, rank = eq7_scores(query, query_rank, documents[take], anchors, lambda_inf)
+    return _merge(kept, ids[take], score, cos, rank, top_k)
 
 
 def rescore_chunks(

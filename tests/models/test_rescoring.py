@@ -1,5 +1,7 @@
 """Eq. 7 rescoring with its score bound: the same hits as scoring every candidate."""
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
@@ -85,20 +87,26 @@ def test_stored_ranks_are_taken_for_the_scored_candidates_only() -> None:
 def test_candidates_that_cannot_reach_the_top_k_get_no_rank_vector(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    rows: list[int] = []
-    original = rescoring.rank_vectors_chunked
+    rows: list[int] = []  # rows of each product with the anchor matrix
 
-    def counted(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-        rows.append(len(embeddings))
-        return original(embeddings, anchors)
+    def counted(
+        original: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        def call(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+            rows.append(len(embeddings))
+            return original(embeddings, anchors)
 
-    monkeypatch.setattr(rescoring, "rank_vectors_chunked", counted)
+        return call
+
+    for name in ("rank_vectors", "rank_vectors_chunked"):
+        monkeypatch.setattr(rescoring, name, counted(getattr(rescoring, name)))
     rng = np.random.default_rng(11)
     anchors = torch.from_numpy(unit(rng, M, 3.0))
     vectors = unit(rng, 100, 1.0)  # cosines to the query spread over a wide range
     query = torch.from_numpy(unit(rng, 1, 1.0)[0])
     ids = np.arange(100, dtype=np.int64)
     hits = rescore(query, anchors, ids, vectors, lambda_inf=0.1, top_k=10)
-    scored = sum(rows)
+    products = list(rows)
     assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10))
-    assert 10 <= scored < 100
+    assert 10 <= sum(products) - 1 < 100  # the query's own rank vector is in the first product
+    assert len(products) <= 2  # the anchor matrix is read at most twice

@@ -96,14 +96,17 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_service(port: int) -> Iterator[Service]:
-    """`rankserve serve` in a subprocess, ready; stopped with SIGINT afterwards."""
+def running_service(port: int, documents: list[str] | None = None) -> Iterator[Service]:
+    """`rankserve serve` in a subprocess, ready, with `documents` indexed (none by default);
+    stopped with SIGINT afterwards."""
     scratch = tempfile.TemporaryDirectory()
-    no_documents = Path(scratch.name) / "empty.jsonl"
-    no_documents.touch()
+    corpus = Path(scratch.name) / "documents.jsonl"
+    # The demo-corpus setting indexes the file on the first start of an empty store.
+    lines = (json.dumps({"id": f"doc-{i}", "text": text}) for i, text in enumerate(documents or []))
+    corpus.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     env = {key: value for key, value in os.environ.items() if key != "RANKSERVE_API_KEY"}
-    # No demo documents to index and keys of its own: nothing but /encode runs in the server.
-    env.update(RANKSERVE_DEMO_CORPUS=str(no_documents), RANKSERVE_REDIS_PREFIX=REDIS_PREFIX)
+    # Keys of its own, deleted when it stops.
+    env.update(RANKSERVE_DEMO_CORPUS=str(corpus), RANKSERVE_REDIS_PREFIX=REDIS_PREFIX)
     command = [sys.executable, "-m", "cli.main", "serve", "--port", str(port)]
     process = subprocess.Popen([*command, "--log-level", "warning"], env=env)
     url = f"http://127.0.0.1:{port}"

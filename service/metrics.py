@@ -77,6 +77,12 @@ class Metrics:
             buckets=_WAIT_BUCKETS,
             registry=self.registry,
         )
+        self.search_index = Histogram(
+            "rankserve_search_index_seconds",
+            "faiss candidates and Eq. 7 rescoring per search, on the rescoring threads",
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
         self.queue_depth = Gauge(
             "rankserve_queue_texts",
             "Texts waiting for the encoder worker",

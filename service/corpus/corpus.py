@@ -2,6 +2,7 @@
 and Eq. 7 search whose hits are read back from the store (the source of truth)."""
 
 import asyncio
+import time
 from collections.abc import Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from service.corpus.embedder import DocumentEmbedder
 from service.corpus.follower import IndexFollower
 from service.corpus.index_state import IndexState
 from service.engine import Engine
+from service.metrics import Metrics
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,12 @@ class Hit:
     rank: float
 
 
+@dataclass(frozen=True)
+class SearchResult:
+    hits: list[Hit]
+    index_seconds: float  # faiss and Eq. 7 on the rescoring threads, queueing excluded
+
+
 class Corpus:
     def __init__(
         self,
@@ -32,11 +40,13 @@ class Corpus:
         embedder: DocumentEmbedder,
         follower: IndexFollower,
         rescoring: Executor,
+        metrics: Metrics,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.follower = follower
         self.rescoring = rescoring  # runs the faiss search and the Eq. 7 rescoring
+        self.metrics = metrics
 
     @property
     def applied_revision(self) -> int:
@@ -75,7 +85,7 @@ class Corpus:
         lambda_inf: float,
         where: Clause | None,
         offset: int = 0,
-    ) -> list[Hit]:
+    ) -> SearchResult:
         """Eq. 7 hits offset..offset + top_k, with each document's current text and metadata.
 
         The index ranks offset + top_k documents (from at least as many candidates) and the
@@ -86,11 +96,12 @@ class Corpus:
         """
         ranked = offset + top_k
 
-        def search() -> SearchHits:
+        def search() -> tuple[SearchHits, float]:
             # The anchors' key (a digest of the matrix, once per anchor set) only when a rank
             # store could use it, and on this thread rather than the event loop.
+            start = time.perf_counter()
             with_store = state.index.rank_store is not None
-            return state.index.search(
+            hits = state.index.search(
                 query,
                 engine.anchors.embeddings,
                 top_k=ranked,
@@ -99,9 +110,11 @@ class Corpus:
                 where=where,
                 anchors_key=engine.anchors.key if with_store else None,
             )
+            return hits, time.perf_counter() - start
 
         # Threads of its own: a search never queues behind encoder batches (issue 13).
-        hits = await asyncio.get_running_loop().run_in_executor(self.rescoring, search)
+        hits, seconds = await asyncio.get_running_loop().run_in_executor(self.rescoring, search)
+        self.metrics.search_index.observe(seconds)
         numbers = hits.ids.tolist()
         ids = [state.ids.get(number) for number in numbers]
         known = [k for k, doc_id in enumerate(ids) if doc_id is not None and k >= offset]
@@ -116,4 +129,4 @@ class Corpus:
             results.append(
                 Hit(doc, float(hits.scores[k]), float(hits.cosine[k]), float(hits.rank[k]))
             )
-        return results
+        return SearchResult(results, seconds)

@@ -43,7 +43,7 @@ async def corpus_component(app: FastAPI, services: Services) -> AsyncIterator[No
     services.switch.index = follower
     rescoring = ThreadPoolExecutor(settings.search_threads, thread_name_prefix="rescore")
     rescoring.submit(warm_up)  # the rank kernel compiles (or loads) here, not in a request
-    app.state.corpus = Corpus(store, embedder, follower, rescoring)
+    app.state.corpus = Corpus(store, embedder, follower, rescoring, services.metrics)
     services.readiness.append(follower.not_ready_reason)
     trimmer = ChangeLogTrimmer(settings, store, follower)
     app.state.change_log_trimmer = trimmer

@@ -1,6 +1,8 @@
 """POST /search: faiss candidates from the corpus, ordered by RankEncoder's Eq. 7."""
 
-from fastapi import APIRouter
+import time
+
+from fastapi import APIRouter, Response
 
 from core.settings import Settings
 from service.corpus.filters import condition_tree
@@ -31,6 +33,7 @@ def build_router(settings: Settings) -> APIRouter:
         batcher: BatcherDep,
         corpus: CorpusDep,
         settings: SettingsDep,
+        response: Response,
     ) -> SearchResponse:
         """The top_k documents by lambda * z_q.z_d + (1 - lambda) * cos among the candidates,
         after skipping `offset` of them.
@@ -41,9 +44,11 @@ def build_router(settings: Settings) -> APIRouter:
         """
         state = corpus.ready_state(engine)
         revision = corpus.applied_revision
+        start = time.perf_counter()
         encoded = await batcher.encode(engine, [body.query])
+        encode_seconds = time.perf_counter() - start
         lambda_inf = settings.lambda_inf if body.lambda_ is None else body.lambda_
-        hits = await corpus.search(
+        result = await corpus.search(
             engine,
             state,
             encoded.embeddings[0],
@@ -52,6 +57,10 @@ def build_router(settings: Settings) -> APIRouter:
             lambda_inf=lambda_inf,
             where=condition_tree(body.filter),
             offset=body.offset,
+        )
+        # W3C Server-Timing: where the time went, for browser dev tools and bench.http_search.
+        response.headers["Server-Timing"] = (
+            f"encode;dur={encode_seconds * 1e3:.3f}, index;dur={result.index_seconds * 1e3:.3f}"
         )
         return SearchResponse(
             hits=[
@@ -63,7 +72,7 @@ def build_router(settings: Settings) -> APIRouter:
                     cosine=hit.cosine,
                     rank=hit.rank,
                 )
-                for hit in hits
+                for hit in result.hits
             ],
             lambda_=lambda_inf,
             model_version=engine.version,

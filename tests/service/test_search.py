@@ -58,6 +58,23 @@ def brute_force(
     return blend(docs @ q[0], rank, lambda_inf).cpu().numpy()
 
 
+def test_search_reports_where_its_time_went(client: httpx.Client):
+    response = client.post("/search", json={"query": QUERY, "top_k": 3})
+    assert response.status_code == 200
+    timings = dict(
+        part.strip().split(";dur=") for part in response.headers["server-timing"].split(",")
+    )
+    assert set(timings) == {"encode", "index"}
+    assert all(float(value) > 0 for value in timings.values())
+    metrics = client.get("/metrics").text
+    count = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("rankserve_search_index_seconds_count")
+    ]
+    assert count and float(count[0].split()[-1]) >= 1
+
+
 @pytest.mark.parametrize("lambda_", [0.1, 0.5, 1.0])
 def test_search_over_all_candidates_equals_brute_force_eq7(
     client: httpx.Client,

@@ -76,13 +76,13 @@ def test_rescoring_runs_while_the_encoder_thread_is_busy(server: Server, engine:
     async def search_while_encoder_blocked() -> int:
         batcher = server.services.batcher
         blocker = asyncio.ensure_future(batcher.run(release.wait, 30))
-        hits = await corpus.search(
+        result = await corpus.search(
             engine, state, query, top_k=5, candidates=20, lambda_inf=0.1, where=None
         )
         assert not blocker.done()  # the encoder thread was busy the whole time
         release.set()
         await blocker
-        return len(hits)
+        return len(result.hits)
 
     future = asyncio.run_coroutine_threadsafe(search_while_encoder_blocked(), server.loop)
     try:

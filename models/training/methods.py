@@ -1,5 +1,5 @@
 """The one table of training methods: for each, its loss, the data it reads, the teacher signal
-it needs, how many teachers it takes and the paper's settings.
+it needs, how many teachers it takes, the paper's settings and its changes to the `full` recipe.
 
 Adding a method means one row here and one loss module in models/losses/. A name that is not
 in the table is an error (`UnknownMethodError`), never a fall-back to another loss.

@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from bench.timing import load_average
 from core.backend_choice import dev_parity_set, encoder_for
 from core.settings import DATA_DIR, Settings
 from models.anchors import read_sentences
@@ -33,10 +34,6 @@ from models.parity import check_parity, embed, sentences_per_second
 
 PROBE_SIZE = 1024
 LONG_GROUP = 8  # sentences per long text
-
-
-def load_average() -> str:
-    return "/".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def matmul_gflops(dtype: torch.dtype, seconds: float) -> float:

@@ -1,7 +1,7 @@
 """HTTP /search with Eq. 7 against HTTP /encode of the same query, idle and under encode load.
 
 One run against a real `rankserve serve` (started here on a free port, its own Redis keys),
-which indexes the Wikipedia sentences past the default anchors (1,914 documents, none of them
+which indexes the Wikipedia sentences past the default anchors (1,915 documents, none of them
 an anchor). For each query, in turn so that a change of machine load hits them alike:
   - POST /encode of the query alone: the baseline;
   - POST /search, top_k 10, Eq. 7 at the default lambda (0.1): encode + faiss + rescoring +
@@ -27,20 +27,12 @@ from collections.abc import Callable
 import httpx
 
 from bench.serving import free_port, running_service
-from bench.timing import interleaved_ms, percentile
+from bench.timing import interleaved_ms, load_average, percentile, say
 from core.settings import DATA_DIR
 from models.anchors import read_sentences
 
 ANCHORS = 10_000  # the default anchor corpus is the first 10,000 lines of this file
 LOAD_TEXTS = 8
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
-
-
-def load_average() -> str:
-    return "/".join(f"{value:.2f}" for value in os.getloadavg())
 
 
 def index_ms(response: httpx.Response) -> float:

@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from bench.memory import MB, Budget, exact_rss_accounting, rss_bytes, settle
+from bench.timing import say
 from models.index import IndexConfig, IndexKind, SearchIndex
 
 DIM = 384
@@ -34,10 +35,6 @@ TAGS = [f"tag-{i}" for i in range(50)]
 # Headroom a node keeps for the kubelet, the OS and page cache: the docs' memory requests assume
 # a replica may use this share of a node at most.
 USABLE_SHARE = 0.8
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def row(*cells: object) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from bench.memory import MB, Budget, exact_rss_accounting, rss_bytes, settle
-from bench.timing import percentile
+from bench.timing import percentile, say
 from models.index import IndexConfig, SearchIndex
 from models.ordinal_ranks import method, warm_up
 from models.rank_store import RankStore
@@ -50,10 +50,6 @@ COLUMNS = (
     "N", "index", "path", "p50 ms", "p99 ms", "p50 / cosine", "p99 / cosine",
     "top-10 vs exact", "recall@10 vs flat", "MB per 1M docs", "build s per 1M",
 )  # fmt: skip
-
-
-def say(line: str) -> None:
-    print(line, flush=True)
 
 
 def row(*cells: object) -> None:

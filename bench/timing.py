@@ -1,5 +1,6 @@
-"""Small timing helpers shared by the benchmarks."""
+"""Small timing and printing helpers shared by the benchmarks."""
 
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -40,3 +41,13 @@ def interleaved_ms(
             fn()
             samples[name].append((time.perf_counter() - start) * 1e3)
     return samples
+
+
+def say(line: str) -> None:
+    """Print a line now: benchmarks print each row as soon as it is measured."""
+    print(line, flush=True)
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, as printed beside every figure."""
+    return "/".join(f"{value:.2f}" for value in os.getloadavg())

@@ -86,9 +86,14 @@ def eq7_scores(
     return blend(cosine, rank, lambda_inf), cosine, rank
 
 
+def _on_anchors(query: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """The query as a float32 vector (dim,) on the anchors' device."""
+    return query.to(device=anchors.device, dtype=torch.float32).reshape(-1)
+
+
 def query_vectors(query: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The query (dim,) on the anchors' device, and its normalised rank vector (m,)."""
-    query_t = query.to(device=anchors.device, dtype=torch.float32).reshape(-1)  # (dim,)
+    query_t = _on_anchors(query, anchors)
     return query_t, rank_vectors(query_t[None], anchors)[0]
 
 
@@ -109,7 +114,7 @@ def rescore(
     """
     if len(ids) == 0:
         return empty_hits()
-    query_t = query.to(device=anchors.device, dtype=torch.float32).reshape(-1)  # (dim,)
+    query_t = _on_anchors(query, anchors)  # (dim,)
     documents = torch.from_numpy(vectors).to(anchors.device)  # (n, dim)
     cosine = (documents @ query_t).cpu().numpy()  # (n,)
     order = np.lexsort((ids, -cosine))  # (n,) cosine descending, then id

@@ -26,8 +26,8 @@ from bench.timing import interleaved_ms, percentile
 from core.settings import DATA_DIR
 from models.anchors import AnchorSet, read_sentences
 from models.encoder import load_encoder
-from models.ordinal_ranks import method, warm_up
-from models.ranking import paired_similarity
+from models.ordinal_ranks import method
+from models.ranking import paired_similarity, warm_up
 from models.scoring import distinct_texts, score_embedded_pairs
 
 COLUMNS = (

@@ -5,8 +5,11 @@ kind: p50/p99 per query of
 - cosine: the faiss search alone (top_k by inner product), the baseline of every ratio;
 - Eq. 7 exact: the served default, faiss proposes 100 candidates whose rank vectors are
   computed at query time (models/ordinal_ranks.py) and Eq. 7 keeps top_k;
-- Eq. 7 precomputed: the same candidates scored from a RankStore (RANKSERVE_PRECOMPUTED_RANKS,
-  --bits), with its top-10 overlap against the exact path.
+- Eq. 7 exact + codes: the same hits and scores, with a RankStore (RANKSERVE_PRECOMPUTED_RANKS,
+  --bits) ruling out the candidates whose codes show they cannot reach the top_k, so only the
+  others get rank vectors (RANKSERVE_PRECOMPUTED_RANKS_EXACT=true, the default with a store);
+- Eq. 7 precomputed: the same candidates scored from the store's codes (..._EXACT=false), with
+  its top-10 overlap against the exact path.
 The three are timed query by query in turn, so a change of machine load hits them alike. Each
 row is printed as soon as it is measured. Memory: the RSS each index added and the store's
 size; nothing is allocated past --max-memory-mb (default 80 % of what is available at start):
@@ -35,8 +38,9 @@ import torch
 from bench.memory import MB, Budget, exact_rss_accounting, rss_bytes, settle
 from bench.timing import percentile, say
 from models.index import IndexConfig, SearchIndex
-from models.ordinal_ranks import method, warm_up
+from models.ordinal_ranks import method
 from models.rank_store import RankStore
+from models.ranking import warm_up
 
 DIM = 384
 CLUSTERS = 1000
@@ -171,6 +175,7 @@ def measure_size(
             cells = {
                 "cosine": ("", "", f"{added / n * 1e6 / MB:,.0f}", f"{build_s / n * 1e6:.1f}"),
                 "Eq. 7 exact": ("1 (reference)", recall, "", ""),
+                "Eq. 7 exact + codes": (f"{overlap(tops[name], exact_top):.3f}", "", "", ""),
                 "Eq. 7 precomputed": (
                     f"{overlap(tops[name], exact_top):.3f}",
                     "",
@@ -193,16 +198,23 @@ def measure_paths(
     def cosine(q: np.ndarray) -> np.ndarray:
         return index.candidates(q, TOP_K)[0]
 
-    def eq7(q: np.ndarray, key: str | None) -> np.ndarray:
+    def eq7(q: np.ndarray, key: str | None, exact: bool = True) -> np.ndarray:
         query = torch.from_numpy(q)
         return index.search(
-            query, anchors, top_k=TOP_K, candidates=CANDIDATES, lambda_inf=LAMBDA, anchors_key=key
+            query,
+            anchors,
+            top_k=TOP_K,
+            candidates=CANDIDATES,
+            lambda_inf=LAMBDA,
+            anchors_key=key,
+            exact=exact,
         ).ids
 
     paths: dict[str, Callable[[np.ndarray], np.ndarray]] = {
         "cosine": cosine,
         "Eq. 7 exact": lambda q: eq7(q, None),
-        "Eq. 7 precomputed": lambda q: eq7(q, KEY),
+        "Eq. 7 exact + codes": lambda q: eq7(q, KEY),
+        "Eq. 7 precomputed": lambda q: eq7(q, KEY, exact=False),
     }
     for fn in paths.values():
         fn(queries[0])  # warm-up

@@ -158,6 +158,10 @@ class Settings(BaseSettings):
     precomputed_ranks_budget_mb: int = Field(
         default=1024, ge=1, description="the rank store's file; 8bit at M=10k: ~100k documents"
     )
+    # True: the codes only rule out candidates that cannot reach the top_k, and every hit and
+    # score is exact Eq. 7. False: candidates are scored from their codes (about 4e-5 off at
+    # 8 bits, so near-ties may swap), which saves the remaining rank vectors.
+    precomputed_ranks_exact: bool = True
     search_threads: int = Field(
         default=2, ge=1, description="threads rescoring searches, apart from the encoder's"
     )

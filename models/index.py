@@ -9,9 +9,11 @@ those are rescored with Eq. 7 and the best `top_k` kept. By default each candida
 vector is computed exactly at query time from its stored embedding (a matmul and a radix sort
 per candidate). Optionally a RankStore (models/rank_store.py) keeps every document's ranks
 quantised to 8 or 4 bits (M or M/2 bytes per document), kept in step by upsert and remove and
-filled for existing documents by `backfill_ranks`; candidates with a row are then scored by a
-dot product, the rest exactly. A search uses the store only under the anchors it was built
-for (`anchors_key`). `bench/search.py` measures both paths.
+filled for existing documents by `backfill_ranks`; a dot product with a candidate's row bounds
+its score, so an exact search computes rank vectors only for the candidates that could still
+reach the top_k (models/rescoring.py), and an approximate one scores candidates from their
+rows. A search uses the store only under the anchors it was built for (`anchors_key`).
+`bench/search.py` measures the paths.
 
 Index kinds and the GPU copy: models/index_config.py.
 
@@ -178,12 +180,13 @@ class SearchIndex:
         lambda_inf: float,
         where: Where = None,
         anchors_key: str | None = None,
+        exact: bool = True,
     ) -> SearchHits:
         """faiss proposes max(candidates, top_k) documents; Eq. 7 orders them; top_k are kept.
 
         `query` (dim,) is a unit embedding, `anchors` (m, dim) the anchor matrix; rescoring runs
-        on the anchors' device. `anchors_key` (AnchorSet.key) lets candidates with a row in
-        the attached rank store be scored from it, if it was built for these anchors.
+        on the anchors' device. `anchors_key` (AnchorSet.key) lets the attached rank store, if
+        it was built for these anchors, rule out candidates (exact) or score them (not exact).
         """
         if top_k < 1:
             raise ValueError("top_k must be positive")
@@ -197,7 +200,14 @@ class SearchIndex:
                 found, codes = store.gather(ids)
                 stored = StoredRanks(found, codes, store.codec)
         return rescore(
-            query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k, stored=stored
+            query,
+            anchors,
+            ids,
+            vectors,
+            lambda_inf=lambda_inf,
+            top_k=top_k,
+            stored=stored,
+            exact=exact,
         )
 
     def search_exact(

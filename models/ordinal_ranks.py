@@ -101,11 +101,6 @@ def method() -> str:
     return "radix (numba)" if _kernel() is not None else "argsort (numpy)"
 
 
-def warm_up() -> None:
-    """Compile now (a service at start-up), not in the first request."""
-    ranks_into(np.zeros((1, 2), np.float32), np.empty((1, 2), np.float32))
-
-
 def ranks_into(values: np.ndarray, out: np.ndarray, scale: float = 1.0, shift: float = 0.0) -> None:
     """out[r, k] = scale * (0-based ordinal rank of values[r, k] in row r) + shift."""
     if values.ndim != 2 or values.shape != out.shape:

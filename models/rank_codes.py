@@ -13,6 +13,12 @@ which would pull every similarity towards 0 by that factor (0.4 % at 4 bits); th
 divided by it. The remaining error is the rounding noise, about 1 / (L sqrt(M)) per pair: 4e-5
 at 8 bits and M = 10k (tests/models/test_rank_store.py bounds it).
 
+`error_bound` is a guarantee rather than a typical size: no rank lies more than
+M / (2L) + 1/2 from its bucket's centre, so by Hoelder's inequality no similarity of the
+query is off by more than s (M / (2L) + 1/2) |z_q|_1 before the variance correction, about
+3 / (2L) (6e-3 at 8 bits). Exact search uses it to rank only the candidates the codes cannot
+rule out (models/rescoring.py).
+
 4-bit codes are packed two to a byte as columns k and k + ceil(M/2) (low and high nibble), so
 the dot product reads each byte once and needs no interleaving. The dot products run in a
 numba kernel, one thread, converting codes as it reads them: about 0.06 ms for 100 candidates
@@ -33,6 +39,10 @@ from models.numba_jit import compile_kernel
 from models.ranking import normalisation
 
 RankBits = Literal[8, 4]
+
+# float32 sums over M terms, in the codes' kernel and in the exact product, each round a
+# similarity by far less than this; error_bound adds it so the bound also holds as computed.
+_ROUNDING = 1e-5
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,16 @@ class RankCodec:
             high[: self.m - self.half] = query[self.half :]
             dot = _dot4(codes, np.ascontiguousarray(query[: self.half]), high, centre)  # (n,)
         return torch.from_numpy(dot * np.float32(factor))
+
+    def error_bound(self, query_rank: torch.Tensor) -> float:
+        """The most `similarity(codes, query_rank)` can differ from the exact z_q . z_d, for
+        any document; `query_rank` (m,) is an exact normalised rank vector."""
+        scale, _ = normalisation(self.m)
+        offset = self.m / (2 * self.levels) + 0.5  # largest |rank - its bucket's centre|
+        centred = scale * offset * float(query_rank.detach().abs().sum())  # Hoelder
+        # similarity() divides the centred sum by (1 - 1/L^2); that sum is at most 1 + centred.
+        correction = (1.0 + centred) / (self.levels * self.levels - 1)
+        return centred + correction + _ROUNDING
 
     def _unpack(self, packed: np.ndarray) -> np.ndarray:
         codes = np.empty((len(packed), self.m), dtype=np.uint8)  # (n, m)

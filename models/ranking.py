@@ -8,6 +8,7 @@ import math
 
 import torch
 
+from models.anchor_cosines import anchor_cosines
 from models.ordinal_ranks import ranks_into
 
 DEFAULT_LAMBDA_INF = 0.1  # Section 4.3
@@ -32,7 +33,7 @@ def _ranks_affine(
     On CPU an exact linear-time radix sort (models/ordinal_ranks.py) writes the mapped ranks
     in its last pass, so g of Eq. 3 costs nothing extra; on CUDA torch sorts on the device.
     """
-    cosines = (embeddings @ anchors.T).detach()  # (batch, m); ranks carry no gradient
+    cosines = anchor_cosines(embeddings, anchors)  # (batch, m); ranks carry no gradient
     if cosines.device.type == "cpu":
         values = cosines.to(torch.float32).contiguous().numpy()  # (batch, m)
         out = torch.empty(values.shape, dtype=torch.float32)  # (batch, m)
@@ -43,6 +44,12 @@ def _ranks_affine(
     ranks = torch.empty_like(cosines)  # (batch, m)
     ranks.scatter_(1, order, (positions * scale + shift).expand_as(cosines))
     return ranks
+
+
+def warm_up() -> None:
+    """Compile the CPU kernels now (a service at start-up), not in the first request."""
+    anchors = torch.eye(2)  # (2, 2)
+    anchor_ranks(anchors[:1], anchors)
 
 
 def normalisation(m: int) -> tuple[float, float]:

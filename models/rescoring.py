@@ -4,9 +4,12 @@ Reference: Seonwoo et al., "Ranking-Enhanced Unsupervised Sentence Representatio
 (ACL 2023), Eq. 7: sim = lambda_inf * z_q.z_d + (1 - lambda_inf) * cos(q, d), with z the
 normalised rank vectors of Eq. 2-3 against the anchor matrix.
 
-A candidate's z_q.z_d is exact (its rank vector computed now from its embedding) unless the
-caller passes StoredRanks: quantised rank codes (models/rank_codes.py) for some candidates,
-whose similarity is then one dot product each; the others are still computed exactly.
+Every returned z_q.z_d is exact (the candidate's rank vector computed now from its embedding)
+unless the caller asks for approximate scores. StoredRanks, quantised rank codes
+(models/rank_codes.py) of some candidates, cost one dot product each: an exact search uses
+them only to bound each candidate's similarity (RankCodec.error_bound) and computes rank
+vectors for just the candidates those bounds cannot rule out, so its hits and scores are the
+exact ones; an approximate search scores the candidates that have codes from them.
 
 Rank vectors are the cost (a (n, m) product with the anchors and a sort per row), and most
 candidates cannot reach the top_k: Spearman's rho is at most 1, so a candidate scores at most
@@ -106,11 +109,13 @@ def rescore(
     lambda_inf: float,
     top_k: int,
     stored: StoredRanks | None = None,
+    exact: bool = True,
 ) -> SearchHits:
     """The top_k of candidates `ids` (n,) with embeddings `vectors` (n, dim) by Eq. 7.
 
     Exact: the hits of scoring every candidate, with rank vectors computed only for those whose
-    score bound (module docstring) can still reach the top_k.
+    score bound (module docstring) can still reach the top_k. With exact=False, candidates
+    with `stored` codes are scored from them instead.
     """
     if len(ids) == 0:
         return empty_hits()
@@ -119,9 +124,13 @@ def rescore(
     cosine = (documents @ query_t).cpu().numpy()  # (n,)
     order = np.lexsort((ids, -cosine))  # (n,) cosine descending, then id
     bound = (1.0 - lambda_inf) * cosine[order] + lambda_inf * _RHO_MAX  # (n,) non-increasing
-    if stored is None:
+    if stored is None or not stored.found.any():
         return _rescore_exact(query_t, anchors, ids, documents, order, bound, lambda_inf, top_k)
     query_rank = rank_vectors(query_t[None], anchors)[0]  # (m,)
+    if exact:
+        return _rescore_verified(
+            query_t, query_rank, anchors, ids, documents, cosine, stored, lambda_inf, top_k
+        )
     kept = empty_hits()
     start, block = 0, max(top_k, _BLOCK)
     if stored.found.all():
@@ -167,6 +176,37 @@ def _rescore_exact(
     take = order[len(head) : reach]  # (r,)
     score, cos, rank = eq7_scores(query, query_rank, documents[take], anchors, lambda_inf)
     return _merge(kept, ids[take], score, cos, rank, top_k)
+
+
+def _rescore_verified(
+    query: torch.Tensor,
+    query_rank: torch.Tensor,
+    anchors: torch.Tensor,
+    ids: np.ndarray,
+    documents: torch.Tensor,
+    cosine: np.ndarray,
+    stored: StoredRanks,
+    lambda_inf: float,
+    top_k: int,
+) -> SearchHits:
+    """rescore's exact path when codes exist, in one product with the anchor matrix.
+
+    The codes put each candidate's rho within error_bound of its value (rho in [-1.01, 1.01]
+    without codes), so each Eq. 7 score lies in [low, high]. At least top_k candidates score
+    at least the top_k-th largest `low`, so one whose `high` is below it cannot be in the
+    top_k: only the others get exact rank vectors, and the hits are the exact ones.
+    """
+    rho = np.zeros(len(ids), dtype=np.float32)  # (n,) code estimates, 0 where none
+    rho[stored.found] = stored.codec.similarity(stored.codes, query_rank).numpy()
+    error = np.where(stored.found, stored.codec.error_bound(query_rank), 2 * _RHO_MAX)  # (n,)
+    rho_low = np.maximum(rho - error, -_RHO_MAX)  # (n,)
+    rho_high = np.minimum(rho + error, _RHO_MAX)  # (n,)
+    low = (1.0 - lambda_inf) * cosine + lambda_inf * rho_low  # (n,)
+    high = (1.0 - lambda_inf) * cosine + lambda_inf * rho_high  # (n,)
+    kth = np.partition(low, -top_k)[-top_k] if len(low) > top_k else -np.inf
+    take = np.flatnonzero(high >= kth)  # (t,)
+    score, cos, rank = eq7_scores(query, query_rank, documents[take], anchors, lambda_inf)
+    return _merge(empty_hits(), ids[take], score, cos, rank, top_k)
 
 
 def rescore_chunks(

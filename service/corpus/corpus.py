@@ -41,12 +41,15 @@ class Corpus:
         follower: IndexFollower,
         rescoring: Executor,
         metrics: Metrics,
+        *,
+        exact_ranks: bool,
     ) -> None:
         self.store = store
         self.embedder = embedder
         self.follower = follower
         self.rescoring = rescoring  # runs the faiss search and the Eq. 7 rescoring
         self.metrics = metrics
+        self.exact_ranks = exact_ranks  # a rank store rules candidates out, or scores them
 
     @property
     def applied_revision(self) -> int:
@@ -109,6 +112,7 @@ class Corpus:
                 lambda_inf=lambda_inf,
                 where=where,
                 anchors_key=engine.anchors.key if with_store else None,
+                exact=self.exact_ranks,
             )
             return hits, time.perf_counter() - start
 

@@ -10,7 +10,7 @@ from fastapi import Depends, FastAPI, Request
 from core.documents import DocumentStore
 from core.redis_clients import async_redis
 from core.redis_keys import RedisKeys
-from models.ordinal_ranks import warm_up
+from models.ranking import warm_up
 from service.background import background_task
 from service.corpus.anchor_sync import AnchorSync
 from service.corpus.changelog import ChangeLogTrimmer
@@ -43,7 +43,14 @@ async def corpus_component(app: FastAPI, services: Services) -> AsyncIterator[No
     services.switch.index = follower
     rescoring = ThreadPoolExecutor(settings.search_threads, thread_name_prefix="rescore")
     rescoring.submit(warm_up)  # the rank kernel compiles (or loads) here, not in a request
-    app.state.corpus = Corpus(store, embedder, follower, rescoring, services.metrics)
+    app.state.corpus = Corpus(
+        store,
+        embedder,
+        follower,
+        rescoring,
+        services.metrics,
+        exact_ranks=settings.precomputed_ranks_exact,
+    )
     services.readiness.append(follower.not_ready_reason)
     trimmer = ChangeLogTrimmer(settings, store, follower)
     app.state.change_log_trimmer = trimmer

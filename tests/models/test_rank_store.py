@@ -55,6 +55,26 @@ def test_quantised_rank_similarity_error_is_bounded(corpus, bits: int, bound: fl
     assert abs(errors.mean()) <= 0.1 * expected_error(len(anchors), bits)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("m", [2, 7, 300, 1999])
+@pytest.mark.parametrize("bits", [8, 4])
+def test_the_error_bound_holds_for_every_document(corpus, m: int, bits: int) -> None:
+    docs, anchors, queries = corpus
+    anchors = anchors[:m]
+    codec = RankCodec(m, bits)  # type: ignore[arg-type]
+    # The documents themselves, and each query as a document of its own: a document ranked
+    # like the query makes every bucket's rounding err in the query's direction.
+    vectors = torch.from_numpy(np.concatenate([docs[:300], queries]))  # (n, dim)
+    codes = codec.encode(anchor_ranks(vectors, anchors).numpy())
+    z_docs = rank_vectors(vectors, anchors)  # (n, m)
+    for z in rank_vectors(torch.from_numpy(queries), anchors):
+        errors = np.abs(codec.similarity(codes, z).numpy() - (z_docs @ z).numpy())  # (n,)
+        bound = codec.error_bound(z)
+        assert errors.max() <= bound
+        # Hoelder's bound, about 3 / (2L) plus the variance correction's 1 / L^2: far above
+        # the typical error, tight enough to rule out most candidates at lambda = 0.1.
+        assert bound <= 3 / (2 * codec.levels) + 3 / m + 2 / codec.levels**2
+
+
 @pytest.mark.parametrize("m", [2, 7, 300, 301])
 @pytest.mark.parametrize("bits", [8, 4])
 def test_codes_stand_for_their_bucket_of_ranks(m: int, bits: int) -> None:

@@ -3,7 +3,9 @@ import pytest
 import torch
 from scipy.stats import rankdata, spearmanr
 
+from models import anchor_cosines as anchor_cosines_module
 from models import ordinal_ranks as ordinal_ranks_module
+from models.anchor_cosines import anchor_cosines
 from models.ordinal_ranks import numpy_ranks, ordinal_ranks
 from models.ranking import (
     anchor_ranks,
@@ -154,3 +156,21 @@ def test_without_numba_the_numpy_fallback_gives_the_same_rank_vectors(
     monkeypatch.setattr(ordinal_ranks_module, "_kernel", lambda: None)
     assert ordinal_ranks_module.method() == "argsort (numpy)"
     torch.testing.assert_close(rank_vectors(inputs, anchors), compiled, atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4, 5])
+def test_the_few_rows_kernel_gives_the_product_and_the_ranks_of_what_it_computed(
+    rows: int,
+) -> None:
+    generator = torch.Generator().manual_seed(rows)
+    inputs, anchors = unit_rows(generator, rows, 384), unit_rows(generator, 3000, 384)
+    cosines = anchor_cosines(inputs, anchors)  # (rows, m)
+    torch.testing.assert_close(cosines, inputs @ anchors.T, atol=1e-6, rtol=0)
+    expected = rankdata(cosines.numpy(), axis=1, method="ordinal") - 1
+    assert np.array_equal(anchor_ranks(inputs, anchors).numpy(), expected)
+
+
+def test_without_numba_the_product_is_torchs(data, monkeypatch: pytest.MonkeyPatch) -> None:
+    inputs, anchors = data
+    monkeypatch.setattr(anchor_cosines_module, "_kernel", lambda: None)
+    assert torch.equal(anchor_cosines(inputs[:2], anchors), inputs[:2] @ anchors.T)

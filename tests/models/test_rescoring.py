@@ -70,24 +70,49 @@ def test_equal_cosines_keep_the_smaller_id_first() -> None:
     np.testing.assert_array_equal(hits.ids, [961, 962, 963, 964, 965])
 
 
-def test_stored_ranks_are_taken_for_the_scored_candidates_only() -> None:
+def stored_ranks(
+    rng: np.random.Generator, anchors: torch.Tensor, vectors: np.ndarray, bits: int, share: float
+) -> StoredRanks:
+    """Codes for a random `share` of the candidates; the others have none."""
+    codec = RankCodec(len(anchors), bits)  # type: ignore[arg-type]
+    found = rng.random(len(vectors)) < share
+    ranks = anchor_ranks(torch.from_numpy(vectors[found]), anchors).numpy().astype(np.int64)
+    return StoredRanks(found, codec.encode(ranks), codec)
+
+
+def test_approximate_search_scores_the_candidates_with_codes_from_them() -> None:
     rng = np.random.default_rng(3)
     anchors = torch.from_numpy(unit(rng, M, 3.0))
     vectors = unit(rng, 100, 0.3)
     ids = np.arange(100, dtype=np.int64)
-    codec = RankCodec(M, 8)
-    found = rng.random(100) < 0.6  # some candidates have codes, the others are exact
-    ranks = anchor_ranks(torch.from_numpy(vectors[found]), anchors).numpy().astype(np.int64)
-    stored = StoredRanks(found, codec.encode(ranks), codec)
+    stored = stored_ranks(rng, anchors, vectors, 8, 0.6)  # the others are scored exactly
     query = torch.from_numpy(unit(rng, 1, 0.3)[0])
-    hits = rescore(query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=stored)
+    hits = rescore(
+        query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=stored, exact=False
+    )
     assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10, stored))
 
 
-def test_candidates_that_cannot_reach_the_top_k_get_no_rank_vector(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("lambda_inf", [0.0, 0.1, 1.0])
+@pytest.mark.parametrize("top_k", [1, 10, 150])
+@pytest.mark.parametrize(("bits", "share"), [(8, 1.0), (8, 0.6), (4, 1.0)])
+@pytest.mark.parametrize("spread", [0.05, 0.3])
+def test_exact_search_with_codes_returns_the_exact_hits(
+    lambda_inf: float, top_k: int, bits: int, share: float, spread: float
 ) -> None:
-    rows: list[int] = []  # rows of each product with the anchor matrix
+    rng = np.random.default_rng(int(lambda_inf * 10) + top_k + bits + int(spread * 100))
+    anchors = torch.from_numpy(unit(rng, M, 3.0))
+    vectors = unit(rng, 120, spread)
+    ids = rng.permutation(10_000)[:120].astype(np.int64)
+    stored = stored_ranks(rng, anchors, vectors, bits, share)
+    query = torch.from_numpy(unit(rng, 1, spread)[0])
+    hits = rescore(query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k, stored=stored)
+    assert_same(hits, score_all(query, anchors, ids, vectors, lambda_inf, top_k))
+
+
+def count_rank_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The rows of each product with the anchor matrix that rescoring makes from now on."""
+    rows: list[int] = []
 
     def counted(
         original: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
@@ -100,6 +125,13 @@ def test_candidates_that_cannot_reach_the_top_k_get_no_rank_vector(
 
     for name in ("rank_vectors", "rank_vectors_chunked"):
         monkeypatch.setattr(rescoring, name, counted(getattr(rescoring, name)))
+    return rows
+
+
+def test_candidates_that_cannot_reach_the_top_k_get_no_rank_vector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rows = count_rank_rows(monkeypatch)
     rng = np.random.default_rng(11)
     anchors = torch.from_numpy(unit(rng, M, 3.0))
     vectors = unit(rng, 100, 1.0)  # cosines to the query spread over a wide range
@@ -110,3 +142,21 @@ def test_candidates_that_cannot_reach_the_top_k_get_no_rank_vector(
     assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10))
     assert 10 <= sum(products) - 1 < 100  # the query's own rank vector is in the first product
     assert len(products) <= 2  # the anchor matrix is read at most twice
+
+
+def test_codes_leave_rank_vectors_for_the_top_k_and_the_few_they_cannot_rule_out(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(12)
+    anchors = torch.from_numpy(unit(rng, 2000, 3.0))
+    vectors = unit(rng, 100, 0.3)  # cosines close together: the plain bound rules out few
+    ids = np.arange(100, dtype=np.int64)
+    stored = stored_ranks(rng, anchors, vectors, 8, 1.0)
+    query = torch.from_numpy(unit(rng, 1, 0.3)[0])
+    reference = score_all(query, anchors, ids, vectors, 0.1, 10)
+    rows = count_rank_rows(monkeypatch)
+    hits = rescore(query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=stored)
+    assert_same(hits, reference)
+    query_row, candidate_rows = rows
+    assert query_row == 1
+    assert 10 <= candidate_rows <= 20

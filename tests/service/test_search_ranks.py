@@ -53,8 +53,25 @@ def test_search_from_precomputed_ranks_matches_brute_force(
         ).json()
     reference = brute_force(engine.encoder, engine.anchors, sentences, QUERY, 1.0)
     scores = np.array([hit["score"] for hit in body["hits"]])
-    # lambda = 1: the scores are the rank similarities alone, from 8-bit codes (M = 512 here).
-    np.testing.assert_allclose(scores, np.sort(reference)[::-1][:10], atol=2e-3)
+    # lambda = 1: the scores are the rank similarities alone; the codes only ruled candidates
+    # out (RANKSERVE_PRECOMPUTED_RANKS_EXACT, the default), so they are the exact ones.
+    np.testing.assert_allclose(scores, np.sort(reference)[::-1][:10], atol=1e-5)
+
+
+def test_approximate_search_scores_from_the_codes(
+    server: Server, engine: Engine, sentences: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wait_until(lambda: rank_store_size(server) == len(sentences))
+    # What RANKSERVE_PRECOMPUTED_RANKS_EXACT=false sets, without a second server.
+    monkeypatch.setattr(server.app.state.corpus, "exact_ranks", False)
+    with api(server) as client:
+        body = client.post(
+            "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": 1.0}
+        ).json()
+    exact = np.sort(brute_force(engine.encoder, engine.anchors, sentences, QUERY, 1.0))[::-1]
+    errors = np.abs(np.array([hit["score"] for hit in body["hits"]]) - exact[:10])
+    # 8-bit codes at M = 512: off by the rounding noise, not exact.
+    assert 0 < errors.max() <= 2e-3
 
 
 def test_writes_keep_the_rank_store_in_step(server: Server, sentences: list[str]) -> None:
@@ -126,6 +143,6 @@ async def test_a_store_follows_the_anchors_and_the_encoder(
     assert index.rank_store is second
     sync.stop()
     plain = SearchIndex(engine.dim, IndexConfig(use_gpu=False))
-    off = RankStoreSync(make_settings(tmp_path))  # the default: exact ranks only
+    off = RankStoreSync(make_settings(tmp_path, precomputed_ranks="off"))
     await off.ensure(engine, IndexState(plain, engine.encoder.checksum, {}))
     assert plain.rank_store is None

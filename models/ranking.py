@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from models.anchor_cosines import anchor_cosines
+from models.cpu_products import anchor_cosines
 from models.ordinal_ranks import ranks_into
 
 DEFAULT_LAMBDA_INF = 0.1  # Section 4.3

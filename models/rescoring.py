@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from models.cpu_products import row_dots
 from models.rank_codes import RankCodec
 from models.ranking import blend, rank_vectors, rank_vectors_chunked
 
@@ -76,16 +77,16 @@ def eq7_scores(
     normalised rank vector (Eq. 2-3) against `anchors` (m, dim); z_q.z_d is Spearman's rho
     (Appendix A.1). With `stored`, the documents that have codes are scored from them.
     """
-    cosine = documents @ query  # (n,)
+    cosine = row_dots(documents, query)  # (n,)
     if stored is None or not stored.found.any():
-        rank = rank_vectors_chunked(documents, anchors) @ query_rank  # (n,)
+        rank = row_dots(rank_vectors_chunked(documents, anchors), query_rank)  # (n,)
     else:
         found = torch.from_numpy(stored.found).to(documents.device)  # (n,)
         rank = torch.empty_like(cosine)  # (n,)
         rank[found] = stored.codec.similarity(stored.codes, query_rank).to(rank)
         if not bool(found.all()):
             missing = ~found
-            rank[missing] = rank_vectors_chunked(documents[missing], anchors) @ query_rank
+            rank[missing] = row_dots(rank_vectors_chunked(documents[missing], anchors), query_rank)
     return blend(cosine, rank, lambda_inf), cosine, rank
 
 
@@ -121,7 +122,7 @@ def rescore(
         return empty_hits()
     query_t = _on_anchors(query, anchors)  # (dim,)
     documents = torch.from_numpy(vectors).to(anchors.device)  # (n, dim)
-    cosine = (documents @ query_t).cpu().numpy()  # (n,)
+    cosine = row_dots(documents, query_t).cpu().numpy()  # (n,)
     order = np.lexsort((ids, -cosine))  # (n,) cosine descending, then id
     bound = (1.0 - lambda_inf) * cosine[order] + lambda_inf * _RHO_MAX  # (n,) non-increasing
     if stored is None or not stored.found.any():
@@ -165,8 +166,8 @@ def _rescore_exact(
     head = order[: max(top_k, _BLOCK)]  # (h,)
     ranks = rank_vectors(torch.cat([query[None], documents[head]]), anchors)  # (1 + h, m)
     query_rank, ranks = ranks[0], ranks[1:]  # (m,), (h, m)
-    cosine = documents[head] @ query  # (h,)
-    rank = ranks @ query_rank  # (h,)
+    cosine = row_dots(documents[head], query)  # (h,)
+    rank = row_dots(ranks, query_rank)  # (h,)
     kept = _merge(empty_hits(), ids[head], blend(cosine, rank, lambda_inf), cosine, rank, top_k)
     # bound is non-increasing, so the candidates that still reach the k-th score are a prefix
     # (none is left when head held every candidate, however few).

@@ -3,9 +3,9 @@ import pytest
 import torch
 from scipy.stats import rankdata, spearmanr
 
-from models import anchor_cosines as anchor_cosines_module
+from models import cpu_products
 from models import ordinal_ranks as ordinal_ranks_module
-from models.anchor_cosines import anchor_cosines
+from models.cpu_products import anchor_cosines, row_dots
 from models.ordinal_ranks import numpy_ranks, ordinal_ranks
 from models.ranking import (
     anchor_ranks,
@@ -158,19 +158,30 @@ def test_without_numba_the_numpy_fallback_gives_the_same_rank_vectors(
     torch.testing.assert_close(rank_vectors(inputs, anchors), compiled, atol=1e-7, rtol=0)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 4, 5])
-def test_the_few_rows_kernel_gives_the_product_and_the_ranks_of_what_it_computed(
+@pytest.mark.parametrize("rows", [1, 2, 4, 5, 40])
+def test_the_cpu_products_are_the_products_and_the_ranks_are_of_what_they_computed(
     rows: int,
 ) -> None:
     generator = torch.Generator().manual_seed(rows)
-    inputs, anchors = unit_rows(generator, rows, 384), unit_rows(generator, 3000, 384)
+    inputs, anchors = unit_rows(generator, rows, 384), unit_rows(generator, 3001, 384)
     cosines = anchor_cosines(inputs, anchors)  # (rows, m)
     torch.testing.assert_close(cosines, inputs @ anchors.T, atol=1e-6, rtol=0)
+    torch.testing.assert_close(row_dots(inputs, anchors[0]), inputs @ anchors[0], atol=1e-6, rtol=0)
     expected = rankdata(cosines.numpy(), axis=1, method="ordinal") - 1
     assert np.array_equal(anchor_ranks(inputs, anchors).numpy(), expected)
 
 
-def test_without_numba_the_product_is_torchs(data, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rows_products_do_not_depend_on_the_rest_of_the_batch() -> None:
+    generator = torch.Generator().manual_seed(5)
+    inputs, anchors = unit_rows(generator, 37, 384), unit_rows(generator, 2003, 384)
+    whole, dots = anchor_cosines(inputs, anchors), row_dots(inputs, anchors[0])
+    for start, stop in [(0, 1), (3, 7), (5, 21), (20, 37)]:
+        assert torch.equal(anchor_cosines(inputs[start:stop], anchors), whole[start:stop])
+        assert torch.equal(row_dots(inputs[start:stop], anchors[0]), dots[start:stop])
+
+
+def test_without_numba_the_products_are_torchs(data, monkeypatch: pytest.MonkeyPatch) -> None:
     inputs, anchors = data
-    monkeypatch.setattr(anchor_cosines_module, "_kernel", lambda: None)
-    assert torch.equal(anchor_cosines(inputs[:2], anchors), inputs[:2] @ anchors.T)
+    monkeypatch.setattr(cpu_products, "_kernels", lambda: None)
+    assert torch.equal(anchor_cosines(inputs, anchors), inputs @ anchors.T)
+    assert torch.equal(row_dots(inputs, anchors[0]), inputs @ anchors[0])

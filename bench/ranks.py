@@ -5,9 +5,10 @@ cosines into 0-based ordinal ranks, the inverse permutation included; rows are p
 soon as they are measured, with the ratio to np.argsort(kind="stable") on the same matrix in
 the same run. Shapes: 101 x 10k is one search (query + 100 candidates) at the default M,
 1 x 10k one sentence, 128 x 100k the 64 pairs of bench.scoring at M = 100k. The matmul that
-produces the cosines is timed beside them, torch and numpy, for scale.
+produces the cosines is timed beside them for scale: torch, numpy, and the batch-invariant
+kernel that Eq. 7 uses on CPU (models/cpu_products.py).
 
-    python -m bench.ranks [--repeat 15] [--shapes 101x10000 1x10000 128x100000]
+    python -m bench.ranks [--repeat 15] [--shapes 101x10000 1x10000 12x10000 128x100000]
 """
 
 import argparse
@@ -20,6 +21,7 @@ import torch
 from scipy.stats import rankdata
 
 from bench.timing import median_seconds
+from models.cpu_products import anchor_cosines
 from models.ordinal_ranks import method, numpy_ranks, ordinal_ranks, ranks_into
 
 DIM = 384
@@ -82,6 +84,7 @@ def measure_shape(
     for label, product in (
         ("matmul, torch fp32", lambda: e_t @ a_t.T),
         ("matmul, numpy fp32", lambda: embeddings @ anchors.T),
+        ("matmul, cpu_products kernel (1 thread)", lambda: anchor_cosines(e_t, a_t)),
     ):
         seconds = median_seconds(product, repeat=repeat)
         print(f"| {shape} | {label} | {seconds * 1e3:.2f} | | |", flush=True)
@@ -116,7 +119,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument(
-        "--shapes", type=_shape, nargs="+", default=[(101, 10_000), (1, 10_000), (128, 100_000)]
+        "--shapes",
+        type=_shape,
+        nargs="+",
+        default=[(101, 10_000), (1, 10_000), (12, 10_000), (128, 100_000)],
     )
     args = parser.parse_args()
     print(

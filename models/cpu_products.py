@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.numba_jit import compile_kernel
+from models.numba_jit import compile_kernels
 
 
 def _cosines_py(rows: np.ndarray, anchors: np.ndarray, out: np.ndarray) -> None:
@@ -64,15 +64,13 @@ def _row_dots_py(rows: np.ndarray, vector: np.ndarray, out: np.ndarray) -> None:
 
 
 @functools.cache
-def _kernels() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+def _kernels() -> tuple[Callable[..., Any], ...] | None:
     # fastmath lets the sums vectorise: reassociated, but the same way for every row.
-    cosines = compile_kernel(
-        _cosines_py, "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])", fastmath=True
+    return compile_kernels(
+        (_cosines_py, "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"),
+        (_row_dots_py, "void(float32[:, ::1], float32[::1], float32[::1])"),
+        fastmath=True,
     )
-    dots = compile_kernel(
-        _row_dots_py, "void(float32[:, ::1], float32[::1], float32[::1])", fastmath=True
-    )
-    return None if cosines is None or dots is None else (cosines, dots)
 
 
 def _on_cpu(*tensors: torch.Tensor) -> bool:

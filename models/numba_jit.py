@@ -23,3 +23,11 @@ def compile_kernel(
         return numba.njit(signature, cache=True, **options)(function)
     except RuntimeError:  # no writable cache location (a read-only install): compile per process
         return numba.njit(signature, **options)(function)
+
+
+def compile_kernels(
+    *kernels: tuple[Callable[..., Any], str], fastmath: bool = False
+) -> tuple[Callable[..., Any], ...] | None:
+    """Each (function, signature) compiled as by compile_kernel; None without numba."""
+    compiled = [compile_kernel(f, signature, fastmath=fastmath) for f, signature in kernels]
+    return None if any(kernel is None for kernel in compiled) else tuple(compiled)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from models.numba_jit import compile_kernel
+from models.numba_jit import compile_kernels
 from models.ranking import normalisation
 
 RankBits = Literal[8, 4]
@@ -151,15 +151,13 @@ def _dot4_py(codes: np.ndarray, low: np.ndarray, high: np.ndarray, centre: float
 
 
 @functools.cache
-def _kernels() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+def _kernels() -> tuple[Callable[..., Any], ...] | None:
     # fastmath lets the sums vectorise (reassociated): float32 over M terms of centred codes.
-    dot8 = compile_kernel(
-        _dot8_py, "float32[:](uint8[:, ::1], float32[::1], float64)", fastmath=True
+    return compile_kernels(
+        (_dot8_py, "float32[:](uint8[:, ::1], float32[::1], float64)"),
+        (_dot4_py, "float32[:](uint8[:, ::1], float32[::1], float32[::1], float64)"),
+        fastmath=True,
     )
-    dot4 = compile_kernel(
-        _dot4_py, "float32[:](uint8[:, ::1], float32[::1], float32[::1], float64)", fastmath=True
-    )
-    return None if dot8 is None or dot4 is None else (dot8, dot4)
 
 
 def _dot8(codes: np.ndarray, query: np.ndarray, centre: float) -> np.ndarray:

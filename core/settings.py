@@ -154,7 +154,7 @@ class Settings(BaseSettings):
     # (M or M/2 bytes per document, memory-mapped under var_dir), rebuilt in the background
     # when the anchors or the encoder change; "off" computes every candidate's rank vector at
     # query time, as are documents past the budget or not yet backfilled. On by default: with
-    # precomputed_ranks_exact the results are the same, and an /search costs 1.32x an /encode
+    # precomputed_ranks_exact the results are the same, and a /search costs 1.23x an /encode
     # of its query instead of 1.58x (bench.http_search, docs/benchmarks.md).
     precomputed_ranks: Literal["off", "8bit", "4bit"] = "8bit"
     precomputed_ranks_budget_mb: int = Field(

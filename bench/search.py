@@ -1,16 +1,17 @@
-"""Search latency: cosine-only vs Eq. 7 exact vs Eq. 7 from precomputed ranks, flat and IVF.
+"""Search latency: cosine-only vs Eq. 7 exact, with and without rank codes, vs approximate.
 
 All in one run, on this machine, for each N (default 10k, 100k, 1M documents) and each index
 kind: p50/p99 per query of
 - cosine: the faiss search alone (top_k by inner product), the baseline of every ratio;
-- Eq. 7 exact: the served default, faiss proposes 100 candidates whose rank vectors are
-  computed at query time (models/ordinal_ranks.py) and Eq. 7 keeps top_k;
+- Eq. 7 exact: without a rank store (RANKSERVE_PRECOMPUTED_RANKS=off), faiss proposes 100
+  candidates whose rank vectors are computed at query time (models/ordinal_ranks.py) and
+  Eq. 7 keeps top_k;
 - Eq. 7 exact + codes: the same hits and scores, with a RankStore (RANKSERVE_PRECOMPUTED_RANKS,
   --bits) ruling out the candidates whose codes show they cannot reach the top_k, so only the
-  others get rank vectors (RANKSERVE_PRECOMPUTED_RANKS_EXACT=true, the default with a store);
+  others get rank vectors (the served default: 8-bit codes, RANKSERVE_PRECOMPUTED_RANKS_EXACT);
 - Eq. 7 precomputed: the same candidates scored from the store's codes (..._EXACT=false), with
   its top-10 overlap against the exact path.
-The three are timed query by query in turn, so a change of machine load hits them alike. Each
+The four are timed query by query in turn, so a change of machine load hits them alike. Each
 row is printed as soon as it is measured. Memory: the RSS each index added and the store's
 size; nothing is allocated past --max-memory-mb (default 80 % of what is available at start):
 a size that does not fit is skipped, and a store that does not fit holds only the rows the

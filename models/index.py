@@ -37,7 +37,8 @@ from models.metadata_filter import Metadata, Where, as_filter
 from models.metadata_filter import Scalar as Scalar  # re-exported: core/documents.py uses it
 from models.metadata_terms import MetadataPostings
 from models.rank_store import RankStore
-from models.rescoring import SearchHits, StoredRanks, rescore, rescore_chunks
+from models.rescoring import SearchHits, StoredRanks, query_vectors, rescore, rescore_chunks
+from models.spare_core import Pending
 
 # Documents read back at once by the exhaustive search: bounds its (chunk, m) rank matrix.
 _SCAN_CHUNK = 2048
@@ -192,6 +193,10 @@ class SearchIndex:
             raise ValueError("top_k must be positive")
         query_np = _as_float32(query).reshape(1, -1)  # (1, dim)
         stored: StoredRanks | None = None
+        query_rank: Pending[torch.Tensor] | None = None
+        if self._ranks is not None and anchors_key == self._ranks.anchors_key:
+            # The codes will need the query's rank vector: the spare core makes it during faiss.
+            query_rank = Pending(lambda: query_vectors(query, anchors)[1])
         with self._lock:
             ids, _ = self._candidates_locked(query_np, max(candidates, top_k), where)
             vectors = self._reconstruct_locked(ids)  # (k, dim)
@@ -208,6 +213,7 @@ class SearchIndex:
             top_k=top_k,
             stored=stored,
             exact=exact,
+            query_rank=None if query_rank is None else query_rank.result(),
         )
 
     def search_exact(

@@ -28,6 +28,7 @@ import torch
 from models.cpu_products import row_dots
 from models.rank_codes import RankCodec
 from models.ranking import blend, rank_vectors, rank_vectors_chunked
+from models.spare_core import split_rows
 
 # Spearman's rho of two rank vectors is at most 1; the margin covers float32 rounding and the
 # rescaling of decoded rank codes (models/rank_codes.py), which can lift a rho a hair above 1.
@@ -79,15 +80,20 @@ def eq7_scores(
     """
     cosine = row_dots(documents, query)  # (n,)
     if stored is None or not stored.found.any():
-        rank = row_dots(rank_vectors_chunked(documents, anchors), query_rank)  # (n,)
+        rank = row_dots(_rank_rows(documents, anchors), query_rank)  # (n,)
     else:
         found = torch.from_numpy(stored.found).to(documents.device)  # (n,)
         rank = torch.empty_like(cosine)  # (n,)
         rank[found] = stored.codec.similarity(stored.codes, query_rank).to(rank)
         if not bool(found.all()):
             missing = ~found
-            rank[missing] = row_dots(rank_vectors_chunked(documents[missing], anchors), query_rank)
+            rank[missing] = row_dots(_rank_rows(documents[missing], anchors), query_rank)
     return blend(cosine, rank, lambda_inf), cosine, rank
+
+
+def _rank_rows(documents: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """Normalised rank vectors (n, m) of documents (n, dim), half of them on the spare core."""
+    return split_rows(lambda rows: rank_vectors_chunked(rows, anchors), documents)
 
 
 def _on_anchors(query: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
@@ -111,12 +117,14 @@ def rescore(
     top_k: int,
     stored: StoredRanks | None = None,
     exact: bool = True,
+    query_rank: torch.Tensor | None = None,
 ) -> SearchHits:
     """The top_k of candidates `ids` (n,) with embeddings `vectors` (n, dim) by Eq. 7.
 
     Exact: the hits of scoring every candidate, with rank vectors computed only for those whose
     score bound (module docstring) can still reach the top_k. With exact=False, candidates
-    with `stored` codes are scored from them instead.
+    with `stored` codes are scored from them instead. `query_rank` (m,), the query's rank
+    vector if the caller has it already, is used with `stored` codes.
     """
     if len(ids) == 0:
         return empty_hits()
@@ -127,7 +135,8 @@ def rescore(
     bound = (1.0 - lambda_inf) * cosine[order] + lambda_inf * _RHO_MAX  # (n,) non-increasing
     if stored is None or not stored.found.any():
         return _rescore_exact(query_t, anchors, ids, documents, order, bound, lambda_inf, top_k)
-    query_rank = rank_vectors(query_t[None], anchors)[0]  # (m,)
+    if query_rank is None:
+        query_rank = rank_vectors(query_t[None], anchors)[0]  # (m,)
     if exact:
         return _rescore_verified(
             query_t, query_rank, anchors, ids, documents, cosine, stored, lambda_inf, top_k
@@ -164,7 +173,7 @@ def _rescore_exact(
     reaches the k-th score found. That score only rises as more are scored, so no candidate
     left out could have entered the top_k."""
     head = order[: max(top_k, _BLOCK)]  # (h,)
-    ranks = rank_vectors(torch.cat([query[None], documents[head]]), anchors)  # (1 + h, m)
+    ranks = _rank_rows(torch.cat([query[None], documents[head]]), anchors)  # (1 + h, m)
     query_rank, ranks = ranks[0], ranks[1:]  # (m,), (h, m)
     cosine = row_dots(documents[head], query)  # (h,)
     rank = row_dots(ranks, query_rank)  # (h,)

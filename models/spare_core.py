@@ -1,0 +1,52 @@
+"""Work one search hands to a core it would otherwise leave idle.
+
+faiss scans with one thread (models/index.py) and the rank kernels use one thread each
+(models/cpu_products.py, models/ordinal_ranks.py), all with the GIL released, so on an idle
+machine a search keeps one core busy. One helper thread per process takes a part of it: the
+query's rank vector while faiss scans, half of the rows to verify. A task the helper has not
+started when its caller needs it is run by the caller instead, so a helper busy with another
+request's work delays nobody, and under full load the split costs only its hand-over.
+"""
+
+import functools
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Generic, TypeVar
+
+import numpy as np
+import torch
+
+T = TypeVar("T")
+
+
+@functools.cache
+def _helper() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="spare-core")
+
+
+class Pending(Generic[T]):
+    """A call handed to the helper; `result` waits for it, or makes it if it has not started."""
+
+    def __init__(self, function: Callable[[], T]) -> None:
+        self._function = function
+        self._future: Future[T] = _helper().submit(function)
+
+    def result(self) -> T:
+        if self._future.cancel():  # still queued: the helper is busy elsewhere
+            return self._function()
+        return self._future.result()
+
+
+def split_rows(
+    function: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor
+) -> torch.Tensor:
+    """function(rows) (n, ...) as two halves, one on the helper: only for a row-wise function
+    whose every output row depends on its input row alone, so the split changes no bit."""
+    if len(rows) < 2 or rows.device.type != "cpu":
+        return function(rows)
+    half = len(rows) // 2
+    first = Pending(functools.partial(function, rows[:half]))
+    second = function(rows[half:])
+    # numpy joins them on this thread: torch.cat of this size wakes its OpenMP pool, whose
+    # spinning workers would then hold the helper's core.
+    return torch.from_numpy(np.concatenate([first.result().numpy(), second.numpy()]))

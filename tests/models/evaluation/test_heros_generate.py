@@ -4,7 +4,8 @@ from pathlib import Path
 import pytest
 
 from models.evaluation.heros import Subset, read_heros, write_heros
-from models.evaluation.heros_generate import generate_heros, make_typo, negate_main
+from models.evaluation.heros_generate import generate_heros, make_typo
+from models.evaluation.negation import negate_main
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ import torch
 
 from models.cpu_products import anchor_cosines
 from models.ordinal_ranks import ranks_into
+from models.spare_core import split_rows
 
 DEFAULT_LAMBDA_INF = 0.1  # Section 4.3
 
@@ -80,13 +81,17 @@ def rank_vectors(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tenso
 def rank_vectors_chunked(
     embeddings: torch.Tensor, anchors: torch.Tensor, chunk: int = 256
 ) -> torch.Tensor:
-    """rank_vectors over row chunks, so a large batch never holds several (batch, m) temporaries."""
-    parts = [
-        rank_vectors(embeddings[i : i + chunk], anchors) for i in range(0, len(embeddings), chunk)
-    ]
-    if not parts:
-        return embeddings.new_empty((0, anchors.shape[0]))
-    return torch.cat(parts)  # (batch, m)
+    """rank_vectors over row chunks, so a large batch never holds several (batch, m) temporaries,
+    with half of the rows on the spare core (models/spare_core.py): every row's rank vector
+    depends on that row alone (models/cpu_products.py), so the split changes no bit."""
+
+    def chunked(rows: torch.Tensor) -> torch.Tensor:
+        parts = [rank_vectors(rows[i : i + chunk], anchors) for i in range(0, len(rows), chunk)]
+        if not parts:
+            return rows.new_empty((0, anchors.shape[0]))
+        return torch.cat(parts)  # (rows, m)
+
+    return split_rows(chunked, embeddings)  # (batch, m)
 
 
 def paired_similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -28,7 +28,6 @@ import torch
 from models.cpu_products import row_dots
 from models.rank_codes import RankCodec
 from models.ranking import blend, rank_vectors, rank_vectors_chunked
-from models.spare_core import split_rows
 
 # Spearman's rho of two rank vectors is at most 1; the margin covers float32 rounding and the
 # rescaling of decoded rank codes (models/rank_codes.py), which can lift a rho a hair above 1.
@@ -80,20 +79,15 @@ def eq7_scores(
     """
     cosine = row_dots(documents, query)  # (n,)
     if stored is None or not stored.found.any():
-        rank = row_dots(_rank_rows(documents, anchors), query_rank)  # (n,)
+        rank = row_dots(rank_vectors_chunked(documents, anchors), query_rank)  # (n,)
     else:
         found = torch.from_numpy(stored.found).to(documents.device)  # (n,)
         rank = torch.empty_like(cosine)  # (n,)
         rank[found] = stored.codec.similarity(stored.codes, query_rank).to(rank)
         if not bool(found.all()):
             missing = ~found
-            rank[missing] = row_dots(_rank_rows(documents[missing], anchors), query_rank)
+            rank[missing] = row_dots(rank_vectors_chunked(documents[missing], anchors), query_rank)
     return blend(cosine, rank, lambda_inf), cosine, rank
-
-
-def _rank_rows(documents: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-    """Normalised rank vectors (n, m) of documents (n, dim), half of them on the spare core."""
-    return split_rows(lambda rows: rank_vectors_chunked(rows, anchors), documents)
 
 
 def _on_anchors(query: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
@@ -173,7 +167,7 @@ def _rescore_exact(
     reaches the k-th score found. That score only rises as more are scored, so no candidate
     left out could have entered the top_k."""
     head = order[: max(top_k, _BLOCK)]  # (h,)
-    ranks = _rank_rows(torch.cat([query[None], documents[head]]), anchors)  # (1 + h, m)
+    ranks = rank_vectors_chunked(torch.cat([query[None], documents[head]]), anchors)  # (1 + h, m)
     query_rank, ranks = ranks[0], ranks[1:]  # (m,), (h, m)
     cosine = row_dots(documents[head], query)  # (h,)
     rank = row_dots(ranks, query_rank)  # (h,)

@@ -2,8 +2,9 @@
 
 faiss scans with one thread (models/index.py) and the rank kernels use one thread each
 (models/cpu_products.py, models/ordinal_ranks.py), all with the GIL released, so on an idle
-machine a search keeps one core busy. One helper thread per process takes a part of it: the
-query's rank vector while faiss scans, half of the rows to verify. A task the helper has not
+machine a search or a /similarity call keeps one core busy. One helper thread per process
+takes a part of it: the query's rank vector while faiss scans, half of the rows of every
+product with the anchor matrix (models/ranking.py). A task the helper has not
 started when its caller needs it is run by the caller instead, so a helper busy with another
 request's work delays nobody, and under full load the split costs only its hand-over.
 """

@@ -123,8 +123,8 @@ def count_rank_rows(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
         return call
 
-    # _rank_rows is one product, whichever cores share it (models/spare_core.py).
-    for name in ("rank_vectors", "_rank_rows"):
+    # A call of rank_vectors_chunked is one product, whichever cores share it.
+    for name in ("rank_vectors", "rank_vectors_chunked"):
         monkeypatch.setattr(rescoring, name, counted(getattr(rescoring, name)))
     return rows
 

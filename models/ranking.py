@@ -87,8 +87,8 @@ def rank_vectors_chunked(
 
     def chunked(rows: torch.Tensor) -> torch.Tensor:
         parts = [rank_vectors(rows[i : i + chunk], anchors) for i in range(0, len(rows), chunk)]
-        if not parts:
-            return rows.new_empty((0, anchors.shape[0]))
+        if len(parts) <= 1:  # no copy: a large torch.cat wakes OpenMP (models/rescoring.py)
+            return parts[0] if parts else rows.new_empty((0, anchors.shape[0]))
         return torch.cat(parts)  # (rows, m)
 
     return split_rows(chunked, embeddings)  # (batch, m)

@@ -85,9 +85,25 @@ def eq7_scores(
         rank = torch.empty_like(cosine)  # (n,)
         rank[found] = stored.codec.similarity(stored.codes, query_rank).to(rank)
         if not bool(found.all()):
-            missing = ~found
-            rank[missing] = row_dots(rank_vectors_chunked(documents[missing], anchors), query_rank)
+            missing = _rows(documents, np.flatnonzero(~stored.found))  # (n - found, dim)
+            rank[~found] = row_dots(rank_vectors_chunked(missing, anchors), query_rank)
     return blend(cosine, rank, lambda_inf), cosine, rank
+
+
+def _rows(documents: torch.Tensor, positions: np.ndarray) -> torch.Tensor:
+    """documents[positions] (p, dim). On CPU numpy selects them: torch's indexing of even a
+    dozen rows runs an OpenMP region, whose workers then spin on the core that
+    models/spare_core.py's helper needs (a search took 3.6 ms instead of 2.5)."""
+    if documents.device.type == "cpu":
+        return torch.from_numpy(documents.numpy()[positions])
+    return documents[torch.from_numpy(positions).to(documents.device)]
+
+
+def _rows_after(first: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """first (dim,) stacked on rows (r, dim), without OpenMP on CPU (see _rows)."""
+    if rows.device.type == "cpu":
+        return torch.from_numpy(np.concatenate([first.numpy()[None], rows.numpy()]))
+    return torch.cat([first[None], rows])
 
 
 def _on_anchors(query: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
@@ -144,7 +160,7 @@ def rescore(
             break
         take = order[start : start + block]  # (b,)
         score, cos, rank = eq7_scores(
-            query_t, query_rank, documents[take], anchors, lambda_inf, stored.take(take)
+            query_t, query_rank, _rows(documents, take), anchors, lambda_inf, stored.take(take)
         )
         kept = _merge(kept, ids[take], score, cos, rank, top_k)
         start, block = start + len(take), _BLOCK
@@ -167,9 +183,10 @@ def _rescore_exact(
     reaches the k-th score found. That score only rises as more are scored, so no candidate
     left out could have entered the top_k."""
     head = order[: max(top_k, _BLOCK)]  # (h,)
-    ranks = rank_vectors_chunked(torch.cat([query[None], documents[head]]), anchors)  # (1 + h, m)
+    head_rows = _rows(documents, head)  # (h, dim)
+    ranks = rank_vectors_chunked(_rows_after(query, head_rows), anchors)  # (1 + h, m)
     query_rank, ranks = ranks[0], ranks[1:]  # (m,), (h, m)
-    cosine = row_dots(documents[head], query)  # (h,)
+    cosine = row_dots(head_rows, query)  # (h,)
     rank = row_dots(ranks, query_rank)  # (h,)
     kept = _merge(empty_hits(), ids[head], blend(cosine, rank, lambda_inf), cosine, rank, top_k)
     # bound is non-increasing, so the candidates that still reach the k-th score are a prefix
@@ -178,7 +195,7 @@ def _rescore_exact(
     if reach == len(head):
         return kept
     take = order[len(head) : reach]  # (r,)
-    score, cos, rank = eq7_scores(query, query_rank, documents[take], anchors, lambda_inf)
+    score, cos, rank = eq7_scores(query, query_rank, _rows(documents, take), anchors, lambda_inf)
     return _merge(kept, ids[take], score, cos, rank, top_k)
 
 
@@ -209,7 +226,7 @@ def _rescore_verified(
     high = (1.0 - lambda_inf) * cosine + lambda_inf * rho_high  # (n,)
     kth = np.partition(low, -top_k)[-top_k] if len(low) > top_k else -np.inf
     take = np.flatnonzero(high >= kth)  # (t,)
-    score, cos, rank = eq7_scores(query, query_rank, documents[take], anchors, lambda_inf)
+    score, cos, rank = eq7_scores(query, query_rank, _rows(documents, take), anchors, lambda_inf)
     return _merge(empty_hits(), ids[take], score, cos, rank, top_k)
 
 

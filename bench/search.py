@@ -11,7 +11,9 @@ kind: p50/p99 per query of
   others get rank vectors (the served default: 8-bit codes, RANKSERVE_PRECOMPUTED_RANKS_EXACT);
 - Eq. 7 precomputed: the same candidates scored from the store's codes (..._EXACT=false), with
   its top-10 overlap against the exact path.
-The four are timed query by query in turn, so a change of machine load hits them alike. Each
+The four are timed query by query in turn, so a change of machine load hits them alike, each
+query starting with the next path, so no path is always the first to touch a query's candidates
+(their vectors and store rows) and pay for bringing them into the cache. Each
 row is printed as soon as it is measured. Memory: the RSS each index added and the store's
 size; nothing is allocated past --max-memory-mb (default 80 % of what is available at start):
 a size that does not fit is skipped, and a store that does not fit holds only the rows the
@@ -221,8 +223,12 @@ def measure_paths(
         fn(queries[0])  # warm-up
     samples: dict[str, list[float]] = {name: [] for name in paths}
     tops: dict[str, list[set[int]]] = {name: [] for name in paths}
-    for q in queries:
-        for name, fn in paths.items():  # in turn: a change of load hits the three alike
+    names = list(paths)
+    for i, q in enumerate(queries):
+        # In turn, so a change of load hits the paths alike, each query starting one path later:
+        # whichever path first reads a query's candidates pays for bringing them into the cache.
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            fn = paths[name]
             start = time.perf_counter()
             ids = fn(q)
             samples[name].append((time.perf_counter() - start) * 1e3)

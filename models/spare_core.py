@@ -18,6 +18,11 @@ import numpy as np
 import torch
 
 T = TypeVar("T")
+# Below this a product with the anchor matrix is its read from memory, which two cores share:
+# one pair's /similarity ranked its two rows in 1.9-2.0 ms at M = 10k alone and 2.8-3.3 split
+# (19-20 against 24 ms at M = 100k); 128 rows took 24 instead of 28-30 ms, a search's dozen
+# 2.2 instead of 3.2 (bench.scoring and a script, AMD EPYC Zen 3, load 1-2).
+_MIN_SPLIT = 8
 
 
 @functools.cache
@@ -43,7 +48,7 @@ def split_rows(
 ) -> torch.Tensor:
     """function(rows) (n, ...) as two halves, one on the helper: only for a row-wise function
     whose every output row depends on its input row alone, so the split changes no bit."""
-    if len(rows) < 2 or rows.device.type != "cpu":
+    if len(rows) < _MIN_SPLIT or rows.device.type != "cpu":
         return function(rows)
     half = len(rows) // 2
     first = Pending(functools.partial(function, rows[:half]))

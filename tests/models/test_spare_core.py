@@ -13,7 +13,7 @@ def test_rank_vectors_split_over_two_cores_equal_one_product() -> None:
     rng = np.random.default_rng(3)
     anchors = torch.from_numpy(rng.standard_normal((997, 48), dtype=np.float32))
     anchors /= anchors.norm(dim=1, keepdim=True)
-    for rows in (1, 2, 7, 31):
+    for rows in (1, 2, 8, 9, 31):
         documents = torch.from_numpy(rng.standard_normal((rows, 48), dtype=np.float32))
         documents /= documents.norm(dim=1, keepdim=True)
         split = split_rows(lambda part: rank_vectors(part, anchors), documents)

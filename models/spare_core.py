@@ -10,6 +10,7 @@ request's work delays nobody, and under full load the split costs only its hand-
 """
 
 import functools
+import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
@@ -28,6 +29,10 @@ _MIN_SPLIT = 8
 @functools.cache
 def _helper() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="spare-core")
+
+
+# A forked child (an RQ work horse) has no helper thread: it makes its own on first use.
+os.register_at_fork(after_in_child=_helper.cache_clear)
 
 
 class Pending(Generic[T]):

@@ -1,6 +1,9 @@
 """The spare core's split changes no bit, and a busy helper never holds up its caller."""
 
+import os
+import signal
 import threading
+import time
 
 import numpy as np
 import torch
@@ -41,3 +44,23 @@ def test_a_started_task_is_awaited_and_its_result_returned() -> None:
     pending = Pending(work)
     assert started.wait(timeout=10)
     assert pending.result().startswith("spare-core")
+
+
+def test_a_forked_child_gets_a_helper_of_its_own() -> None:
+    Pending(lambda: None).result()  # the parent's helper thread exists now
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: its answer comes from a helper thread it started itself
+        name = Pending(lambda: threading.current_thread().name)
+        os.write(write, name.result().encode())
+        os._exit(0)
+    os.close(write)
+    deadline = time.monotonic() + 60
+    while (finished := os.waitpid(child, os.WNOHANG))[0] == 0:
+        if time.monotonic() > deadline:
+            os.kill(child, signal.SIGKILL)
+            raise AssertionError("the forked child hung")
+        time.sleep(0.01)
+    with os.fdopen(read) as pipe:
+        assert pipe.read().startswith("spare-core")
+    assert os.waitstatus_to_exitcode(finished[1]) == 0

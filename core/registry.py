@@ -18,8 +18,9 @@ BundleStore keeps them in a directory that every process shares, core/s3_store.p
 S3-compatible object storage with a verified local copy (core/stores.py picks one). Writing
 goes to a temporary directory inside the same `bundles/` folder, fsyncs every file and
 directory, then renames it into place: a reader sees a whole bundle or none. Loading
-re-hashes every file against the manifest, checks every matrix's dimension against the
-encoder's, and smoke-encodes a few sentences, before the caller ever sees the result.
+re-hashes every file against the manifest, then core/bundle_loading.py checks every matrix's
+dimension against the encoder's and smoke-encodes a few sentences, before the caller ever sees
+the result.
 """
 
 import json
@@ -33,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from pydantic import ValidationError
 
+from core.bundle_loading import check_matrix, load_checked
 from core.bundle_manifest import (
     ANCHOR_TEXTS,
     ANCHORS,
@@ -69,15 +70,10 @@ from models.atomic import (
     fsync_file,
     save_npy,
 )
-from models.checksums import sha256_directory, sha256_file, sha256_texts
-from models.encoder import Encoder, load_encoder
+from models.checksums import sha256_directory, sha256_file
+from models.encoder import Encoder
 
 TMP_PREFIX = ".tmp-"
-SMOKE_TEXTS = (
-    "A man is playing a guitar.",
-    "The stock market fell sharply on Monday.",
-    "Zwei Hunde spielen im Schnee.",
-)
 
 
 def _float32(matrix: np.ndarray) -> np.ndarray:
@@ -93,17 +89,6 @@ def _bundle_files(root: Path) -> list[Path]:
                 raise CorruptBundleError(f"{root.name}: {name} is a symlink; bundles hold files")
         files.extend(Path(directory) / name for name in names)
     return sorted(path for path in files if path.relative_to(root).as_posix() != MANIFEST)
-
-
-def _check_matrix(name: str, matrix: np.ndarray, rows: int, dim: int, where: str) -> None:
-    if matrix.ndim != 2 or matrix.shape[1] != dim:
-        raise CorruptBundleError(
-            f"{where}: {name} has shape {matrix.shape}, the encoder's dimension is {dim}"
-        )
-    if matrix.shape[0] != rows:
-        raise CorruptBundleError(f"{where}: {name} has {matrix.shape[0]} rows, expected {rows}")
-    if not np.isfinite(matrix).all():
-        raise CorruptBundleError(f"{where}: {name} holds non-finite values")
 
 
 class BundleStore:
@@ -196,9 +181,9 @@ class BundleStore:
         if anchors.encoder_checksum != encoder.checksum:
             raise ValueError("the anchor embeddings were not made by this encoder")
         anchor_matrix = anchors.embeddings.detach().float().cpu().numpy()  # (m, dim)
-        _check_matrix(ANCHORS, anchor_matrix, anchors.count, encoder.dim, version)
+        check_matrix(ANCHORS, anchor_matrix, anchors.count, encoder.dim, version)
         if corpus is not None:
-            _check_matrix(CORPUS, corpus.embeddings, len(corpus.ids), encoder.dim, version)
+            check_matrix(CORPUS, corpus.embeddings, len(corpus.ids), encoder.dim, version)
 
         self.bundles.mkdir(parents=True, exist_ok=True)
         tmp = self.bundles / f"{TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
@@ -288,55 +273,14 @@ class BundleStore:
         backend and its prebuilt variant); without one, torch fp32 with the arguments above.
         """
         manifest = self.verify(version)
-        root = self.path_for(version)
-        variants = root / VARIANTS_DIR if (root / VARIANTS_DIR).is_dir() else None
-        try:
-            if encoder_loader is not None:
-                encoder = encoder_loader(root / ENCODER_DIR, variants)
-            else:
-                encoder = load_encoder(
-                    root / ENCODER_DIR,
-                    device=device,
-                    max_seq_length=max_seq_length,
-                    batch_size=batch_size,
-                )
-        except Exception as error:
-            raise CorruptBundleError(f"{version}: the encoder does not load: {error}") from error
-        encoder.name = manifest.encoder.name
-        where = version
-        if encoder.checksum != manifest.encoder.checksum:
-            raise CorruptBundleError(f"{where}: encoder checksum disagrees with the manifest")
-        if encoder.dim != manifest.encoder.dim:
-            raise CorruptBundleError(
-                f"{where}: encoder dimension {encoder.dim}, manifest says {manifest.encoder.dim}"
-            )
-        smoke = encoder.encode(list(SMOKE_TEXTS))  # (3, dim)
-        if smoke.shape != (len(SMOKE_TEXTS), encoder.dim) or not torch.isfinite(smoke).all():
-            raise CorruptBundleError(f"{where}: the encoder's smoke encode is not finite")
-
-        anchor_matrix = np.load(root / ANCHORS, allow_pickle=False)  # (m, dim)
-        _check_matrix(ANCHORS, anchor_matrix, manifest.anchors.count, encoder.dim, where)
-        texts = json.loads((root / ANCHOR_TEXTS).read_text(encoding="utf-8"))
-        if len(texts) != manifest.anchors.count or sha256_texts(texts) != (
-            manifest.anchors.texts_sha256
-        ):
-            raise CorruptBundleError(f"{where}: anchor texts disagree with the manifest")
-        anchors = AnchorSet(
-            texts=texts,
-            embeddings=torch.from_numpy(anchor_matrix).to(encoder.device),
-            texts_checksum=manifest.anchors.texts_sha256,
-            encoder_checksum=encoder.checksum,
+        return load_checked(
+            self.path_for(version),
+            manifest,
+            device=device,
+            max_seq_length=max_seq_length,
+            batch_size=batch_size,
+            encoder_loader=encoder_loader,
         )
-
-        corpus = None
-        if manifest.corpus is not None:
-            matrix = np.load(root / CORPUS, allow_pickle=False)  # (n, dim)
-            ids = json.loads((root / CORPUS_IDS).read_text(encoding="utf-8"))
-            _check_matrix(CORPUS, matrix, manifest.corpus.count, encoder.dim, where)
-            if len(ids) != manifest.corpus.count or not all(type(i) is int for i in ids):
-                raise CorruptBundleError(f"{where}: corpus ids disagree with the manifest")
-            corpus = CorpusSnapshot(manifest.corpus.revision, ids, matrix)
-        return LoadedBundle(manifest=manifest, encoder=encoder, anchors=anchors, corpus=corpus)
 
     def remove_stale_temporaries(self, older_than_s: float = 3600.0) -> list[Path]:
         """Delete half-written bundles that a crashed writer left; returns what it removed."""

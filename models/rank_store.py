@@ -6,7 +6,7 @@ matrix: its key names the encoder, the anchor texts, M and the code width, and a
 any other anchors ignores it. It holds at most `budget_bytes` of codes; documents past that
 have no row and are rescored exactly, as are documents not yet backfilled.
 
-The rows live in a numpy memmap of an unnamed temporary file under `directory` (O_TMPFILE:
+The rows live in a shared memory map of an unnamed temporary file under `directory` (O_TMPFILE:
 no path, gone when the process exits, even by SIGKILL, so stale stores never pile up and
 several processes never share one): the kernel may write cold rows back to disk and drop
 them from memory, which anonymous memory could not do. It is rebuilt at every start, since a
@@ -16,8 +16,11 @@ Not thread-safe: SearchIndex calls it under its own lock. `encode_embeddings` re
 mutable and runs outside that lock.
 """
 
+import contextlib
 import logging
+import mmap
 import os
+import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +35,8 @@ from models.ranking import anchor_ranks
 logger = logging.getLogger(__name__)
 
 _FIRST_ROWS = 1024  # the file starts small and doubles, up to the budget
+# madvise(MADV_POPULATE_READ), Linux 5.14+; Python 3.11's mmap module has no name for it.
+_MADV_POPULATE_READ = 22
 
 
 class RankStore:
@@ -134,7 +139,9 @@ class RankStore:
         # Blocks allocated now: a full disk is an OSError here, not a SIGBUS on a later write
         # into a hole of a sparse file.
         os.posix_fallocate(self._file.fileno(), 0, size)
-        return np.memmap(self._file, dtype=np.uint8, mode="r+", shape=(rows, self.codec.row_bytes))
+        mapped = mmap.mmap(self._file.fileno(), size)
+        _populate(mapped, self._used * self.codec.row_bytes)
+        return np.ndarray((rows, self.codec.row_bytes), dtype=np.uint8, buffer=mapped)
 
     def _warn_full(self) -> None:
         if not self._warned_full:
@@ -144,3 +151,17 @@ class RankStore:
                 "the rest are rescored exactly",
                 self.capacity,
             )
+
+
+def _populate(mapped: mmap.mmap, length: int) -> None:
+    """Map the first `length` bytes' pages now, at a grow, rather than in searches.
+
+    A new mapping starts with no page mapped, so each row written before a grow would cost a
+    page fault the first time a search gathers it: at N = 1M (bench.search's store, AMD EPYC
+    Zen 4, load 1) gathering 100 such rows took 5.1 ms p50, and 0.24 ms once mapped. Without
+    the kernel's support (before Linux 5.14, or elsewhere) the faults stay in the searches.
+    """
+    if length == 0 or sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError):
+        mapped.madvise(_MADV_POPULATE_READ, 0, length)

@@ -5,6 +5,7 @@ keyed by the encoder's cache key (checksum and backend), the anchor texts' check
 count.
 """
 
+import dataclasses
 import functools
 import hashlib
 import random
@@ -17,6 +18,7 @@ import torch
 from models.atomic import save_npy
 from models.cache_paths import CachePaths
 from models.checksums import sha256_texts
+from models.cpu_products import anchor_cosines
 from models.encoder import Encoder
 from models.ranking import rank_vectors_chunked
 
@@ -41,7 +43,7 @@ def select_anchors(texts: list[str], count: int | None, seed: int | None = None)
 @dataclass(frozen=True)
 class AnchorSet:
     texts: list[str]
-    embeddings: torch.Tensor  # (m, dim), L2-normalised, on the encoder's device
+    embeddings: torch.Tensor  # (m, dim), L2-normalised, on the encoder's device; float32 or bf16
     texts_checksum: str
     encoder_checksum: str
 
@@ -60,10 +62,17 @@ class AnchorSet:
         The encoder and texts checksums name where it came from; the digest of the matrix
         itself also tells apart backends or devices that embed the same texts differently.
         """
-        digest = hashlib.sha256(self.embeddings.detach().cpu().numpy().tobytes()).hexdigest()
+        matrix = self.embeddings.detach().cpu().contiguous().view(torch.uint8)  # its bytes
+        digest = hashlib.sha256(matrix.numpy().tobytes()).hexdigest()
         return (
             f"{self.encoder_checksum[:16]}-{self.texts_checksum[:16]}-m{self.count}-{digest[:16]}"
         )
+
+    def stored_as(self, dtype: torch.dtype) -> "AnchorSet":
+        """These anchors with the matrix held in `dtype` (a new key: rank stores follow)."""
+        if self.embeddings.dtype == dtype:
+            return self
+        return dataclasses.replace(self, embeddings=self.embeddings.to(dtype))
 
     def rank_vectors(self, embeddings: torch.Tensor) -> torch.Tensor:
         """Normalised rank vectors (Eq. 2-3) of unit embeddings against these anchors."""
@@ -72,7 +81,7 @@ class AnchorSet:
     def nearest(self, embeddings: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The `k` anchors of highest cosine to each unit embedding, best first: the top of
         its rank vector (Eq. 2). Returns (n, k) cosines and (n, k) anchor indices, on the CPU."""
-        cosines = embeddings.to(self.device) @ self.embeddings.T  # (n, m)
+        cosines = anchor_cosines(embeddings.to(self.device), self.embeddings)  # (n, m)
         top = torch.topk(cosines, min(k, self.count), dim=1)
         return top.values.cpu(), top.indices.cpu()
 

@@ -63,6 +63,43 @@ def _cosines_py(rows: np.ndarray, anchors: np.ndarray, out: np.ndarray) -> None:
             out[i, j] = acc
 
 
+def _cosines_bf16_py(rows: np.ndarray, bits: np.ndarray, out: np.ndarray) -> None:
+    """_cosines_py with bfloat16 anchors, given as their bits (m, dim) uint16: each block of
+    four is widened to float32 (a bfloat16 is the top half of a float32) and dotted as there,
+    so the result has the bits of _cosines_py on the float32 values of the same anchors."""
+    count, dim = rows.shape
+    m = bits.shape[0]
+    wide = np.empty((4, dim), dtype=np.uint32)
+    block = wide.view(np.float32)
+    for j in range(0, m, 4):
+        width = min(4, m - j)
+        for r in range(width):
+            for k in range(dim):
+                wide[r, k] = np.uint32(bits[j + r, k]) << 16
+        for i in range(count):
+            if width < 4:  # the last m % 4 anchors, one at a time as in _cosines_py
+                for r in range(width):
+                    acc = np.float32(0.0)
+                    for k in range(dim):
+                        acc += rows[i, k] * block[r, k]
+                    out[i, j + r] = acc
+                continue
+            a0 = np.float32(0.0)
+            a1 = np.float32(0.0)
+            a2 = np.float32(0.0)
+            a3 = np.float32(0.0)
+            for k in range(dim):
+                x = rows[i, k]
+                a0 += x * block[0, k]
+                a1 += x * block[1, k]
+                a2 += x * block[2, k]
+                a3 += x * block[3, k]
+            out[i, j] = a0
+            out[i, j + 1] = a1
+            out[i, j + 2] = a2
+            out[i, j + 3] = a3
+
+
 def _row_dots_py(rows: np.ndarray, vector: np.ndarray, out: np.ndarray) -> None:
     """out (r,) = rows (r, n) . vector (n,)."""
     count, n = rows.shape
@@ -79,6 +116,7 @@ def _kernels() -> tuple[Callable[..., Any], ...] | None:
     return compile_kernels(
         (_cosines_py, "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"),
         (_row_dots_py, "void(float32[:, ::1], float32[::1], float32[::1])"),
+        (_cosines_bf16_py, "void(float32[:, ::1], uint16[:, ::1], float32[:, ::1])"),
         fastmath=True,
     )
 
@@ -88,14 +126,25 @@ def _on_cpu(*tensors: torch.Tensor) -> bool:
 
 
 def anchor_cosines(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-    """(n, m) inner products of unit embeddings (n, dim) with anchors (m, dim), no gradient."""
+    """(n, m) float32 inner products of unit embeddings (n, dim) with anchors (m, dim), no
+    gradient. bfloat16 anchors (RANKSERVE_ANCHOR_DTYPE) are read at half the bytes and
+    multiplied in float32, as their float32 values would be."""
     embeddings, anchors = embeddings.detach(), anchors.detach()
     kernels = _kernels()
-    if kernels is None or not _on_cpu(embeddings, anchors):
-        return embeddings @ anchors.T  # (n, m)
-    out = np.empty((len(embeddings), anchors.shape[0]), dtype=np.float32)  # (n, m)
-    kernels[0](np.ascontiguousarray(embeddings.numpy()), np.ascontiguousarray(anchors.numpy()), out)
-    return torch.from_numpy(out)
+    on_cpu = embeddings.device.type == "cpu" and anchors.device.type == "cpu"
+    if kernels is not None and on_cpu and embeddings.dtype == torch.float32:
+        out = np.empty((len(embeddings), anchors.shape[0]), dtype=np.float32)  # (n, m)
+        rows = np.ascontiguousarray(embeddings.numpy())  # (n, dim)
+        if anchors.dtype == torch.float32:
+            kernels[0](rows, np.ascontiguousarray(anchors.numpy()), out)
+            return torch.from_numpy(out)
+        if anchors.dtype == torch.bfloat16:
+            bits = anchors.contiguous().view(torch.int16).numpy().view(np.uint16)  # (m, dim)
+            kernels[2](rows, bits, out)
+            return torch.from_numpy(out)
+    if anchors.dtype == torch.bfloat16:
+        anchors = anchors.to(embeddings.dtype)  # a bfloat16 product would round the cosines
+    return embeddings @ anchors.T  # (n, m)
 
 
 def row_dots(rows: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:

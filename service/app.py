@@ -102,7 +102,7 @@ def create_app(
         limits=Limits.from_settings(settings),
         holder=holder,
         metrics=metrics_,
-        switch=EngineSwitch(holder, metrics_),
+        switch=EngineSwitch(holder, metrics_, settings.anchor_dtype),
         batcher=Batcher(
             metrics_,
             max_batch_size=settings.encode_batch_size,

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+import torch
+
 from core.store_types import CorpusSnapshot
 from models.anchors import AnchorSet
 from service.engine import Engine, EngineHolder
@@ -28,13 +30,18 @@ class IndexStager(Protocol):
 
 
 class EngineSwitch:
-    def __init__(self, holder: EngineHolder, metrics: Metrics) -> None:
+    def __init__(
+        self, holder: EngineHolder, metrics: Metrics, anchor_dtype: str = "float32"
+    ) -> None:
         self.holder = holder
         self.metrics = metrics
+        # How every engine it installs holds its anchors (RANKSERVE_ANCHOR_DTYPE).
+        self.anchor_dtype: torch.dtype = getattr(torch, anchor_dtype)
         self.index: IndexStager | None = None  # set by the corpus component
 
     def first(self, engine: Engine) -> None:
         """The engine a replica starts with (service/app.py)."""
+        engine = self._held(engine)
         self._install(engine)
         logger.info(
             "serving %s (%s), %d anchors", engine.name, engine.version, engine.anchors.count
@@ -42,6 +49,7 @@ class EngineSwitch:
 
     async def swap(self, engine: Engine, snapshot: CorpusSnapshot | None) -> None:
         """A hot swap (service/swap.py): the index for `engine` first, then both at once."""
+        engine = self._held(engine)  # before staging: the rank store is keyed by the anchors
         if self.index is None:
             self._install(engine)
         else:
@@ -51,8 +59,11 @@ class EngineSwitch:
         """Give the live engine new anchors; only if it is still `engine` (not swapped since)."""
         if self.holder.current is not engine:
             return False
-        self._install(dataclasses.replace(engine, anchors=anchors))
+        self._install(dataclasses.replace(engine, anchors=anchors.stored_as(self.anchor_dtype)))
         return True
+
+    def _held(self, engine: Engine) -> Engine:
+        return dataclasses.replace(engine, anchors=engine.anchors.stored_as(self.anchor_dtype))
 
     def _install(self, engine: Engine) -> None:
         self.holder.swap(engine)

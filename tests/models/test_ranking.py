@@ -185,3 +185,25 @@ def test_without_numba_the_products_are_torchs(data, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(cpu_products, "_kernels", lambda: None)
     assert torch.equal(anchor_cosines(inputs, anchors), inputs @ anchors.T)
     assert torch.equal(row_dots(inputs, anchors[0]), inputs @ anchors[0])
+
+
+@pytest.mark.parametrize("m", [1, 3, 4, 2003])
+def test_bfloat16_anchors_give_the_products_of_their_float32_values(m: int) -> None:
+    generator = torch.Generator().manual_seed(m)
+    inputs, anchors = unit_rows(generator, 9, 384), unit_rows(generator, m, 384)
+    half = anchors.to(torch.bfloat16)
+    cosines = anchor_cosines(inputs, half)  # (9, m)
+    assert cosines.dtype == torch.float32
+    assert torch.equal(cosines, anchor_cosines(inputs, half.float()))
+    for start, stop in [(0, 1), (2, 9)]:
+        assert torch.equal(anchor_cosines(inputs[start:stop], half), cosines[start:stop])
+
+
+def test_without_numba_bfloat16_anchors_are_multiplied_in_float32(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    generator = torch.Generator().manual_seed(1)
+    inputs, anchors = unit_rows(generator, 3, 384), unit_rows(generator, 50, 384)
+    monkeypatch.setattr(cpu_products, "_kernels", lambda: None)
+    half = anchors.to(torch.bfloat16)
+    assert torch.equal(anchor_cosines(inputs, half), inputs @ half.float().T)

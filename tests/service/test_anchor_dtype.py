@@ -1,0 +1,71 @@
+"""RANKSERVE_ANCHOR_DTYPE=bfloat16: the API holds the anchor matrix in bfloat16, and every
+score, searched or paired, is Eq. 7 against that matrix's values."""
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from models.ranking import blend
+from service.engine import Engine
+from tests.service.conftest import Server
+from tests.service.corpus_helpers import api, corpus_server, sick_sentences, wait_until
+from tests.service.test_search import QUERY, brute_force
+
+
+@pytest.fixture(scope="module")
+def sentences() -> list[str]:
+    return sick_sentences(40)
+
+
+@pytest.fixture(scope="module")
+def server(
+    engine: Engine, tmp_path_factory: pytest.TempPathFactory, sentences: list[str]
+) -> Iterator[Server]:
+    var_dir = tmp_path_factory.mktemp("bf16-var")
+    with corpus_server(
+        engine, var_dir, precomputed_ranks="8bit", anchor_dtype="bfloat16"
+    ) as running:
+        documents = [{"id": f"s{i:02d}", "text": text} for i, text in enumerate(sentences)]
+        with api(running) as client:
+            assert client.post("/documents", json={"documents": documents}).status_code == 200
+        yield running
+
+
+def test_the_live_engine_holds_its_anchors_in_bfloat16(server: Server, engine: Engine) -> None:
+    live = server.services.holder.current
+    assert live.anchors.embeddings.dtype == torch.bfloat16
+    assert torch.equal(live.anchors.embeddings, engine.anchors.embeddings.to(torch.bfloat16))
+    assert live.anchors.key != engine.anchors.key  # rank stores are not shared across dtypes
+
+
+def test_search_scores_are_eq7_against_the_bfloat16_anchors(
+    server: Server, engine: Engine, sentences: list[str]
+) -> None:
+    def store_size() -> int:
+        state = server.app.state.corpus.state
+        store = state.index.rank_store if state is not None else None
+        return -1 if store is None else len(store)
+
+    wait_until(lambda: store_size() == len(sentences))
+    with api(server) as client:
+        body = client.post(
+            "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": 1.0}
+        ).json()
+    held = engine.anchors.stored_as(torch.bfloat16)
+    reference = brute_force(engine.encoder, held, sentences, QUERY, 1.0)
+    scores = np.array([hit["score"] for hit in body["hits"]])
+    np.testing.assert_allclose(scores, np.sort(reference)[::-1][:10], atol=1e-5)
+
+
+def test_similarity_is_eq7_against_the_bfloat16_anchors(server: Server, engine: Engine) -> None:
+    pair = ["A man is playing a guitar.", "A person plays an instrument."]
+    with api(server) as client:
+        body = client.post("/similarity", json={"pairs": [pair], "lambda": 0.5}).json()
+    embeddings = engine.encoder.encode(pair)  # (2, dim)
+    ranks = engine.anchors.stored_as(torch.bfloat16).rank_vectors(embeddings)  # (2, m)
+    expected = blend(embeddings[0] @ embeddings[1], ranks[0] @ ranks[1], 0.5)
+    assert body["scores"][0]["score"] == pytest.approx(float(expected), abs=1e-5)
+    fp32 = engine.anchors.rank_vectors(embeddings)
+    assert body["scores"][0]["rank"] == pytest.approx(float(fp32[0] @ fp32[1]), abs=2e-3)

@@ -7,13 +7,11 @@ search results is exactly the slice of a longer search. torch's product does not
 anchor cosines changes a rank vector.
 
 The anchor kernel reads each anchor row once for four at a time and dots them with every input
-row, on one thread with the GIL released, so concurrent requests spread over the cores. Its
-speed against torch's (two threads) depends on the CPU, M = 10k: on an AVX-512 Zen 5
-(python -m bench.ranks, load 1.5) one row 0.18 ms against 0.23, the dozen rows of an exact
-search with rank codes 0.77 against 1.36, 101 rows 8.5 against 4.7; on an AVX2-only Zen 3 (a
-script, load 1.4) one row 0.41 against 0.45, four 0.97 against 1.66, twelve 2.57 against 2.15, 100
-19.3 against 6.9. The larger batches pay for invariance. Off the CPU, or in other dtypes, torch
-computes them.
+row, on one thread with the GIL released, so concurrent requests spread over the cores. Whether
+it beats torch's product (two threads) depends on the CPU and the number of rows: `python -m
+bench.ranks` prints both, and docs/benchmarks.md gives the figures per CPU. For a hundred rows
+torch was faster on every CPU measured: that is what invariance costs. Off the CPU torch
+computes them, and for inputs in other dtypes.
 """
 
 import functools

@@ -63,7 +63,8 @@ class EngineSwitch:
         return True
 
     def _held(self, engine: Engine) -> Engine:
-        return dataclasses.replace(engine, anchors=engine.anchors.stored_as(self.anchor_dtype))
+        anchors = engine.anchors.stored_as(self.anchor_dtype)
+        return engine if anchors is engine.anchors else dataclasses.replace(engine, anchors=anchors)
 
     def _install(self, engine: Engine) -> None:
         self.holder.swap(engine)

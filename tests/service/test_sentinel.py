@@ -295,7 +295,10 @@ def test_a_failover_loses_no_acknowledged_write(
         try:
             queue: Queue = retrain_queue(connection, RedisKeys(settings.redis_prefix))
             assert job_id in queue.get_job_ids()
-            assert connection.connection_pool.get_master_address()[1] == cluster.replica_port
+            # The sentinels' master now: the promoted replica, unless a loaded machine made them
+            # fail over once more, to the restarted old master (seen once in a full suite run on
+            # two cores); either way the job and the client are on it.
+            assert connection.connection_pool.get_master_address()[1] == cluster.master_port_now()
             # `rankserve worker`'s RQ worker, on the same Sentinel settings, works through the
             # new master (an empty queue of its own: a retrain job would train here).
             empty = settings.model_copy(update={"redis_prefix": f"{settings.redis_prefix}-w"})

@@ -26,6 +26,7 @@ Encoding the query is not included (see bench.scoring).
 
     python -m bench.search [--sizes 10000 100000 1000000] [--queries 100] [--anchors 10000]
                            [--nprobe 32] [--bits 8] [--threads T] [--max-memory-mb MB]
+                           [--anchor-dtype float32|bfloat16]
 """
 
 import argparse
@@ -102,6 +103,10 @@ def main() -> None:
     parser.add_argument("--nprobe", type=int, default=32)
     parser.add_argument("--bits", type=int, choices=(8, 4), default=8)
     parser.add_argument("--threads", type=int, default=None, help="torch threads; default: own")
+    parser.add_argument(
+        "--anchor-dtype", choices=("float32", "bfloat16"), default="float32",
+        help="how the anchor matrix is held (RANKSERVE_ANCHOR_DTYPE)",
+    )  # fmt: skip
     parser.add_argument("--max-memory-mb", type=float, default=None)
     args = parser.parse_args()
     if args.threads is not None:
@@ -116,12 +121,14 @@ def main() -> None:
     )
     say(
         f"ms per query, {args.queries} queries, top_k={TOP_K}, M={args.anchors:,} anchors, "
-        f"{CANDIDATES} candidates for Eq. 7, precomputed ranks at {args.bits} bits"
+        f"{CANDIDATES} candidates for Eq. 7, precomputed ranks at {args.bits} bits, "
+        f"anchors in {args.anchor_dtype}"
     )
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((CLUSTERS, DIM), dtype=np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
     anchors = torch.from_numpy(clustered_unit_vectors(args.anchors, rng, centres))  # (m, dim)
+    anchors = anchors.to(getattr(torch, args.anchor_dtype))
     queries = clustered_unit_vectors(args.queries, rng, centres)  # (q, dim)
     row(*COLUMNS)
     row(*["---"] * len(COLUMNS))

@@ -59,10 +59,11 @@ class EngineSwitch:
         """Give the live engine new anchors; only if it is still `engine` (not swapped since)."""
         if self.holder.current is not engine:
             return False
-        self._install(dataclasses.replace(engine, anchors=anchors.stored_as(self.anchor_dtype)))
+        self._install(self._held(dataclasses.replace(engine, anchors=anchors)))
         return True
 
     def _held(self, engine: Engine) -> Engine:
+        """`engine` with its anchors in this switch's dtype: the one place they are converted."""
         anchors = engine.anchors.stored_as(self.anchor_dtype)
         return engine if anchors is engine.anchors else dataclasses.replace(engine, anchors=anchors)
 

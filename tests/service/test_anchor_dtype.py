@@ -12,6 +12,7 @@ from service.engine import Engine
 from tests.service.conftest import Server
 from tests.service.corpus_helpers import api, corpus_server, sick_sentences, wait_until
 from tests.service.test_search import QUERY, brute_force
+from tests.service.test_search_ranks import rank_store_size
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +44,7 @@ def test_the_live_engine_holds_its_anchors_in_bfloat16(server: Server, engine: E
 def test_search_scores_are_eq7_against_the_bfloat16_anchors(
     server: Server, engine: Engine, sentences: list[str]
 ) -> None:
-    def store_size() -> int:
-        state = server.app.state.corpus.state
-        store = state.index.rank_store if state is not None else None
-        return -1 if store is None else len(store)
-
-    wait_until(lambda: store_size() == len(sentences))
+    wait_until(lambda: rank_store_size(server) == len(sentences))
     with api(server) as client:
         body = client.post(
             "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": 1.0}

@@ -60,6 +60,7 @@ class SearchIndex:
         self._terms = MetadataPostings()  # every stored id, and the filters' posting lists
         self._gpu = GpuMirror() if self.config.use_gpu and gpu_available() else None
         self._ranks: RankStore | None = None  # quantised document ranks, when attached
+        self._writes = 0  # upserts and removals so far: a search between two locks checks it
 
     def __len__(self) -> int:
         return len(self._terms)
@@ -138,6 +139,7 @@ class SearchIndex:
         # The expensive part (a matmul and a sort per document) before taking the lock.
         codes = store.encode_embeddings(vectors) if store is not None else None
         with self._lock:
+            self._writes += 1
             self._remove_locked(id_array)
             self._index.add_with_ids(vectors, id_array)
             if self._ranks is not None:
@@ -154,6 +156,7 @@ class SearchIndex:
         """Remove documents by id; unknown ids are ignored. Returns how many were removed."""
         id_array = np.unique(np.fromiter(ids, dtype=np.int64))
         with self._lock:
+            self._writes += 1
             removed = self._remove_locked(id_array)
             if removed:
                 self._invalidate_gpu()
@@ -192,18 +195,31 @@ class SearchIndex:
         if top_k < 1:
             raise ValueError("top_k must be positive")
         query_np = _as_float32(query).reshape(1, -1)  # (1, dim)
-        stored: StoredRanks | None = None
-        query_rank: Pending[torch.Tensor] | None = None
-        if self._ranks is not None and anchors_key == self._ranks.anchors_key:
-            # The codes will need the query's rank vector: the spare core makes it during faiss.
-            query_rank = Pending(lambda: query_vectors(query, anchors)[1])
+        k = max(candidates, top_k)
+        store = self._ranks
+        if store is None or anchors_key is None or store.anchors_key != anchors_key:
+            with self._lock:
+                ids, _ = self._candidates_locked(query_np, k, where)
+                vectors = self._reconstruct_locked(ids)  # (k, dim)
+            return rescore(
+                query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k, exact=exact
+            )
+        # The codes need the query's rank vector: the spare core makes it while faiss scans,
+        # and the lock is not held while it is awaited, so writes and other searches go on.
+        pending = Pending(lambda: query_vectors(query, anchors)[1])
         with self._lock:
-            ids, _ = self._candidates_locked(query_np, max(candidates, top_k), where)
+            ids, _ = self._candidates_locked(query_np, k, where)
+            writes = self._writes
+        query_rank = pending.result()  # (m,)
+        with self._lock:
+            if self._writes != writes:  # candidates removed meanwhile are dropped
+                ids = np.array([i for i in ids.tolist() if i in self._terms], dtype=np.int64)
             vectors = self._reconstruct_locked(ids)  # (k, dim)
-            store = self._ranks
-            if store is not None and anchors_key is not None and store.anchors_key == anchors_key:
-                found, codes = store.gather(ids)
-                stored = StoredRanks(found, codes, store.codec)
+            stored = None
+            store = self._ranks  # replaced meanwhile by a store for other anchors: unused
+            if store is not None and store.anchors_key == anchors_key:
+                found, rho = store.similarities(ids, query_rank)
+                stored = StoredRanks(found, rho, query_rank, store.codec)
         return rescore(
             query,
             anchors,
@@ -213,7 +229,6 @@ class SearchIndex:
             top_k=top_k,
             stored=stored,
             exact=exact,
-            query_rank=None if query_rank is None else query_rank.result(),
         )
 
     def search_exact(

@@ -21,9 +21,9 @@ rule out (models/rescoring.py).
 
 4-bit codes are packed two to a byte as columns k and k + ceil(M/2) (low and high nibble), so
 the dot product reads each byte once and needs no interleaving. The dot products run in a
-numba kernel, one thread, converting codes as it reads them: about 0.06 ms for 100 candidates
-at M = 10k, where converting to float32 and calling a multi-threaded GEMV took 20 ms on two
-busy cores.
+numba kernel, one thread, converting codes as it reads them, from the rows where they lie:
+about 0.06 ms for 100 candidates at M = 10k, where converting to float32 and calling a
+multi-threaded GEMV took 20 ms on two busy cores.
 """
 
 import functools
@@ -88,17 +88,26 @@ class RankCodec:
 
     def similarity(self, packed: np.ndarray, query_rank: torch.Tensor) -> torch.Tensor:
         """z_q . z_d of an exact normalised query rank vector (m,) and coded documents; (n,)."""
+        codes = np.ascontiguousarray(packed, dtype=np.uint8)  # (n, row_bytes)
+        return self.similarity_rows(codes, np.arange(len(codes)), query_rank)
+
+    def similarity_rows(
+        self, matrix: np.ndarray, rows: np.ndarray, query_rank: torch.Tensor
+    ) -> torch.Tensor:
+        """`similarity` of the codes in rows `rows` (n,) of `matrix` (capacity, row_bytes), read
+        where they lie: a RankStore's memory map is never copied (models/rank_store.py)."""
         scale, _ = normalisation(self.m)
         factor = scale * (self.m / self.levels) / (1.0 - 1.0 / (self.levels * self.levels))
         query = query_rank.detach().to("cpu", torch.float32).numpy()  # (m,)
-        codes = np.ascontiguousarray(packed, dtype=np.uint8)  # (n, row_bytes)
+        positions = np.ascontiguousarray(rows, dtype=np.int64)  # (n,)
         centre = (self.levels - 1) / 2
         if self.bits == 8:
-            dot = _dot8(codes, np.ascontiguousarray(query), centre)  # (n,)
+            dot = _dot8(matrix, positions, np.ascontiguousarray(query), centre)  # (n,)
         else:
             high = np.zeros(self.half, dtype=np.float32)  # (half,), 0 past column m
             high[: self.m - self.half] = query[self.half :]
-            dot = _dot4(codes, np.ascontiguousarray(query[: self.half]), high, centre)  # (n,)
+            low = np.ascontiguousarray(query[: self.half])  # (half,)
+            dot = _dot4(matrix, positions, low, high, centre)  # (n,)
         return torch.from_numpy(dot * np.float32(factor))
 
     def error_bound(self, query_rank: torch.Tensor) -> float:
@@ -123,28 +132,34 @@ def expected_error(m: int, bits: RankBits) -> float:
     return 1.0 / ((1 << bits) * math.sqrt(m))
 
 
-def _dot8_py(codes: np.ndarray, query: np.ndarray, centre: float) -> np.ndarray:
-    """(n,) sums over k of query[k] * (codes[i, k] - centre)."""
-    n, m = codes.shape
+def _dot8_py(codes: np.ndarray, rows: np.ndarray, query: np.ndarray, centre: float) -> np.ndarray:
+    """(n,) sums over k of query[k] * (codes[rows[i], k] - centre)."""
+    n = rows.shape[0]
+    m = codes.shape[1]
     out = np.empty(n, dtype=np.float32)
     c = np.float32(centre)
     for i in range(n):
+        row = rows[i]
         acc = np.float32(0.0)
         for k in range(m):
-            acc += (np.float32(codes[i, k]) - c) * query[k]
+            acc += (np.float32(codes[row, k]) - c) * query[k]
         out[i] = acc
     return out
 
 
-def _dot4_py(codes: np.ndarray, low: np.ndarray, high: np.ndarray, centre: float) -> np.ndarray:
+def _dot4_py(
+    codes: np.ndarray, rows: np.ndarray, low: np.ndarray, high: np.ndarray, centre: float
+) -> np.ndarray:
     """(n,) as _dot8_py, on nibble-packed codes: low nibbles against `low`, high ones `high`."""
-    n, half = codes.shape
+    n = rows.shape[0]
+    half = codes.shape[1]
     out = np.empty(n, dtype=np.float32)
     c = np.float32(centre)
     for i in range(n):
+        row = rows[i]
         acc = np.float32(0.0)
         for k in range(half):
-            byte = codes[i, k]
+            byte = codes[row, k]
             acc += (np.float32(byte & 15) - c) * low[k] + (np.float32(byte >> 4) - c) * high[k]
         out[i] = acc
     return out
@@ -154,24 +169,27 @@ def _dot4_py(codes: np.ndarray, low: np.ndarray, high: np.ndarray, centre: float
 def _kernels() -> tuple[Callable[..., Any], ...] | None:
     # fastmath lets the sums vectorise (reassociated): float32 over M terms of centred codes.
     return compile_kernels(
-        (_dot8_py, "float32[:](uint8[:, ::1], float32[::1], float64)"),
-        (_dot4_py, "float32[:](uint8[:, ::1], float32[::1], float32[::1], float64)"),
+        (_dot8_py, "float32[:](uint8[:, ::1], int64[::1], float32[::1], float64)"),
+        (_dot4_py, "float32[:](uint8[:, ::1], int64[::1], float32[::1], float32[::1], float64)"),
         fastmath=True,
     )
 
 
-def _dot8(codes: np.ndarray, query: np.ndarray, centre: float) -> np.ndarray:
+def _dot8(codes: np.ndarray, rows: np.ndarray, query: np.ndarray, centre: float) -> np.ndarray:
     kernels = _kernels()
     if kernels is not None:
-        return kernels[0](codes, query, centre)
-    return ((codes.astype(np.float32) - np.float32(centre)) @ query).astype(np.float32)
+        return kernels[0](codes, rows, query, centre)
+    return ((codes[rows].astype(np.float32) - np.float32(centre)) @ query).astype(np.float32)
 
 
-def _dot4(codes: np.ndarray, low: np.ndarray, high: np.ndarray, centre: float) -> np.ndarray:
+def _dot4(
+    codes: np.ndarray, rows: np.ndarray, low: np.ndarray, high: np.ndarray, centre: float
+) -> np.ndarray:
     kernels = _kernels()
     if kernels is not None:
-        return kernels[1](codes, low, high, centre)
+        return kernels[1](codes, rows, low, high, centre)
     c = np.float32(centre)
-    lows = (codes & 15).astype(np.float32) - c  # (n, half)
-    highs = (codes >> 4).astype(np.float32) - c  # (n, half)
+    picked = codes[rows]  # (n, half)
+    lows = (picked & 15).astype(np.float32) - c  # (n, half)
+    highs = (picked >> 4).astype(np.float32) - c  # (n, half)
     return (lows @ low + highs @ high).astype(np.float32)

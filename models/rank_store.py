@@ -101,15 +101,18 @@ class RankStore:
             if row is not None:
                 self._free.append(row)
 
-    def gather(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(found (n,) bool, codes (found.sum(), row_bytes) copied out of the map)."""
+    def similarities(
+        self, ids: np.ndarray, query_rank: torch.Tensor
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(found (n,) bool, z_q . z_d (n,) float32, 0 where not found) of documents `ids` (n,)
+        from their codes, against an exact query rank vector (m,). The codes are read where
+        they lie in the map: copying 100 candidates' rows out first (1 MB at M = 10k) and
+        dotting the copy took 0.4 ms more per search at N = 1M (a script, AMD EPYC Zen 3)."""
         rows = np.array([self._rows.get(i, -1) for i in ids.tolist()], dtype=np.int64)  # (n,)
         found = rows >= 0
-        return found, np.asarray(self._matrix[rows[found]])  # fancy indexing copies
-
-    def similarity(self, codes: np.ndarray, query_rank: torch.Tensor) -> torch.Tensor:
-        """Approximate z_q . z_d (Spearman) of gathered codes against an exact z_q (m,)."""
-        return self.codec.similarity(codes, query_rank)  # (n,)
+        rho = np.zeros(len(rows), dtype=np.float32)  # (n,)
+        rho[found] = self.codec.similarity_rows(self._matrix, rows[found], query_rank).numpy()
+        return found, rho
 
     def close(self) -> None:
         del self._matrix

@@ -5,11 +5,12 @@ Reference: Seonwoo et al., "Ranking-Enhanced Unsupervised Sentence Representatio
 normalised rank vectors of Eq. 2-3 against the anchor matrix.
 
 Every returned z_q.z_d is exact (the candidate's rank vector computed now from its embedding)
-unless the caller asks for approximate scores. StoredRanks, quantised rank codes
-(models/rank_codes.py) of some candidates, cost one dot product each: an exact search uses
-them only to bound each candidate's similarity (RankCodec.error_bound) and computes rank
-vectors for just the candidates those bounds cannot rule out, so its hits and scores are the
-exact ones; an approximate search scores the candidates that have codes from them.
+unless the caller asks for approximate scores. StoredRanks, estimates of z_q.z_d from the
+quantised rank codes (models/rank_codes.py) of some candidates, cost one dot product each: an
+exact search uses them only to bound each candidate's similarity (RankCodec.error_bound) and
+computes rank vectors for just the candidates those bounds cannot rule out, so its hits and
+scores are the exact ones; an approximate search scores the candidates that have codes from
+them.
 
 Rank vectors are the cost (a (n, m) product with the anchors and a sort per row), and most
 candidates cannot reach the top_k: Spearman's rho is at most 1, so a candidate scores at most
@@ -32,7 +33,7 @@ from models.ranking import blend, rank_vectors, rank_vectors_chunked
 # Spearman's rho of two rank vectors is at most 1; the margin covers float32 rounding and the
 # rescaling of decoded rank codes (models/rank_codes.py), which can lift a rho a hair above 1.
 _RHO_MAX = 1.01
-_BLOCK = 16  # candidates scored first (at least top_k), and per block of stored codes
+_BLOCK = 16  # candidates scored first (at least top_k), and per block of those without codes
 
 
 @dataclass(frozen=True)
@@ -50,17 +51,17 @@ class SearchHits:
 
 @dataclass(frozen=True)
 class StoredRanks:
-    """Rank codes of the candidates that have them, copied out of a RankStore."""
+    """Spearman estimates of the candidates that have rank codes (RankStore.similarities)."""
 
-    found: np.ndarray  # (n,) bool: candidate j has a row
-    codes: np.ndarray  # (found.sum(), row_bytes) uint8, in candidate order
+    found: np.ndarray  # (n,) bool: candidate j has codes
+    rho: np.ndarray  # (n,) float32: z_q . z_d from candidate j's codes, 0 where it has none
+    query_rank: torch.Tensor  # (m,) the exact query rank vector they were computed against
     codec: RankCodec
 
-    def take(self, positions: np.ndarray) -> "StoredRanks":
-        """The rows of the candidates at `positions` (p,), in that order."""
-        rows = np.cumsum(self.found) - 1  # (n,) each found candidate's row in codes
-        found = self.found[positions]  # (p,)
-        return StoredRanks(found, self.codes[rows[positions][found]], self.codec)
+    @property
+    def error(self) -> float:
+        """The most any estimate can differ from its exact value."""
+        return self.codec.error_bound(self.query_rank)
 
 
 def eq7_scores(
@@ -69,24 +70,15 @@ def eq7_scores(
     documents: torch.Tensor,
     anchors: torch.Tensor,
     lambda_inf: float,
-    stored: StoredRanks | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Eq. 7 of one query against documents; returns (score, cosine, rank), each (n,).
 
     `query` (dim,) and `documents` (n, dim) are unit vectors, `query_rank` (m,) is the query's
     normalised rank vector (Eq. 2-3) against `anchors` (m, dim); z_q.z_d is Spearman's rho
-    (Appendix A.1). With `stored`, the documents that have codes are scored from them.
+    (Appendix A.1).
     """
     cosine = row_dots(documents, query)  # (n,)
-    if stored is None or not stored.found.any():
-        rank = row_dots(rank_vectors_chunked(documents, anchors), query_rank)  # (n,)
-    else:
-        found = torch.from_numpy(stored.found).to(documents.device)  # (n,)
-        rank = torch.empty_like(cosine)  # (n,)
-        rank[found] = stored.codec.similarity(stored.codes, query_rank).to(rank)
-        if not bool(found.all()):
-            missing = _rows(documents, np.flatnonzero(~stored.found))  # (n - found, dim)
-            rank[~found] = row_dots(rank_vectors_chunked(missing, anchors), query_rank)
+    rank = row_dots(rank_vectors_chunked(documents, anchors), query_rank)  # (n,)
     return blend(cosine, rank, lambda_inf), cosine, rank
 
 
@@ -128,14 +120,12 @@ def rescore(
     top_k: int,
     stored: StoredRanks | None = None,
     exact: bool = True,
-    query_rank: torch.Tensor | None = None,
 ) -> SearchHits:
     """The top_k of candidates `ids` (n,) with embeddings `vectors` (n, dim) by Eq. 7.
 
     Exact: the hits of scoring every candidate, with rank vectors computed only for those whose
     score bound (module docstring) can still reach the top_k. With exact=False, candidates
-    with `stored` codes are scored from them instead. `query_rank` (m,), the query's rank
-    vector if the caller has it already, is used with `stored` codes.
+    with `stored` estimates are scored from them instead.
     """
     if len(ids) == 0:
         return empty_hits()
@@ -143,28 +133,29 @@ def rescore(
     documents = torch.from_numpy(vectors).to(anchors.device)  # (n, dim)
     cosine = row_dots(documents, query_t).cpu().numpy()  # (n,)
     order = np.lexsort((ids, -cosine))  # (n,) cosine descending, then id
-    bound = (1.0 - lambda_inf) * cosine[order] + lambda_inf * _RHO_MAX  # (n,) non-increasing
     if stored is None or not stored.found.any():
+        bound = (1.0 - lambda_inf) * cosine[order] + lambda_inf * _RHO_MAX  # (n,) non-increasing
         return _rescore_exact(query_t, anchors, ids, documents, order, bound, lambda_inf, top_k)
-    if query_rank is None:
-        query_rank = rank_vectors(query_t[None], anchors)[0]  # (m,)
     if exact:
         return _rescore_verified(
-            query_t, query_rank, anchors, ids, documents, cosine, stored, lambda_inf, top_k
+            query_t, anchors, ids, documents, cosine, stored, lambda_inf, top_k
         )
-    kept = empty_hits()
-    start, block = 0, max(top_k, _BLOCK)
-    if stored.found.all():
-        block = len(order)  # codes cost a dot product each: one pass beats the bound's blocks
-    while start < len(order):
+    # Estimates cost nothing more: every candidate that has one is scored from it.
+    found = stored.found
+    rank = torch.from_numpy(stored.rho[found])  # (f,)
+    score = blend(torch.from_numpy(cosine[found]), rank, lambda_inf)  # (f,)
+    kept = top_hits(ids[found], score.numpy(), cosine[found], rank.numpy(), top_k)
+    # The others get exact rank vectors, best cosine first, while their bound reaches the top_k.
+    missing = order[~found[order]]  # (n - f,)
+    bound = (1.0 - lambda_inf) * cosine[missing] + lambda_inf * _RHO_MAX  # (n - f,)
+    for start in range(0, len(missing), _BLOCK):
         if len(kept) == top_k and bound[start] < kept.scores[-1]:
             break
-        take = order[start : start + block]  # (b,)
+        take = missing[start : start + _BLOCK]  # (b,)
         score, cos, rank = eq7_scores(
-            query_t, query_rank, _rows(documents, take), anchors, lambda_inf, stored.take(take)
+            query_t, stored.query_rank, _rows(documents, take), anchors, lambda_inf
         )
         kept = _merge(kept, ids[take], score, cos, rank, top_k)
-        start, block = start + len(take), _BLOCK
     return kept
 
 
@@ -202,7 +193,6 @@ def _rescore_exact(
 
 def _rescore_verified(
     query: torch.Tensor,
-    query_rank: torch.Tensor,
     anchors: torch.Tensor,
     ids: np.ndarray,
     documents: torch.Tensor,
@@ -213,21 +203,22 @@ def _rescore_verified(
 ) -> SearchHits:
     """rescore's exact path when codes exist, in one product with the anchor matrix.
 
-    The codes put each candidate's rho within error_bound of its value (rho in [-1.01, 1.01]
-    without codes), so each Eq. 7 score lies in [low, high]. At least top_k candidates score
-    at least the top_k-th largest `low`, so one whose `high` is below it cannot be in the
-    top_k: only the others get exact rank vectors, and the hits are the exact ones.
+    The codes put each candidate's rho within `stored.error` of its estimate (rho in
+    [-1.01, 1.01] without codes), so each Eq. 7 score lies in [low, high]. At least top_k
+    candidates score at least the top_k-th largest `low`, so one whose `high` is below it
+    cannot be in the top_k: only the others get exact rank vectors, and the hits are the exact
+    ones.
     """
-    rho = np.zeros(len(ids), dtype=np.float32)  # (n,) code estimates, 0 where none
-    rho[stored.found] = stored.codec.similarity(stored.codes, query_rank).numpy()
-    error = np.where(stored.found, stored.codec.error_bound(query_rank), 2 * _RHO_MAX)  # (n,)
-    rho_low = np.maximum(rho - error, -_RHO_MAX)  # (n,)
-    rho_high = np.minimum(rho + error, _RHO_MAX)  # (n,)
+    error = np.where(stored.found, stored.error, 2 * _RHO_MAX)  # (n,)
+    rho_low = np.maximum(stored.rho - error, -_RHO_MAX)  # (n,)
+    rho_high = np.minimum(stored.rho + error, _RHO_MAX)  # (n,)
     low = (1.0 - lambda_inf) * cosine + lambda_inf * rho_low  # (n,)
     high = (1.0 - lambda_inf) * cosine + lambda_inf * rho_high  # (n,)
     kth = np.partition(low, -top_k)[-top_k] if len(low) > top_k else -np.inf
     take = np.flatnonzero(high >= kth)  # (t,)
-    score, cos, rank = eq7_scores(query, query_rank, _rows(documents, take), anchors, lambda_inf)
+    score, cos, rank = eq7_scores(
+        query, stored.query_rank, _rows(documents, take), anchors, lambda_inf
+    )
     return _merge(empty_hits(), ids[take], score, cos, rank, top_k)
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from models import index as index_module
 from models import rank_codes
 from models.index import IndexConfig, SearchIndex
 from models.rank_codes import RankCodec, expected_error
@@ -135,8 +136,11 @@ def test_writes_keep_the_store_in_step(corpus, tmp_path: Path) -> None:
     assert index.backfill_ranks(store, np.array([1, 2, 3])) == 2
     assert len(store) == 3
     index.upsert([2], docs[10:11])  # a new text replaces its row
-    _, codes = store.gather(np.array([2]))
-    np.testing.assert_array_equal(codes, store.encode_embeddings(docs[10:11]))
+    z = rank_vectors(torch.from_numpy(docs[20:21]), anchors)[0]
+    found, rho = store.similarities(np.array([2, 1]), z)  # 2's row holds its new text
+    assert found.tolist() == [True, True]
+    expected = store.codec.similarity(store.encode_embeddings(docs[[10, 0]]), z).numpy()
+    np.testing.assert_array_equal(rho, expected)
     index.remove([1])
     assert 1 not in store and len(store) == 2
     other = store_for(anchors, tmp_path, 4)
@@ -165,6 +169,30 @@ def test_backfill_never_stores_ranks_of_an_embedding_replaced_meanwhile(
     monkeypatch.setattr(store, "encode_embeddings", upsert_during_encoding)
     assert index.backfill_ranks(store, missing) == 0
     assert 5 not in store  # scored exactly, rather than from the old text's ranks
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_candidate_removed_while_the_query_is_ranked_is_left_out(
+    corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exact: bool
+) -> None:
+    docs, anchors, queries = corpus
+    index = filled_index(docs[:500], store_for(anchors, tmp_path, 8))
+    query = torch.from_numpy(queries[0])
+    args = {"top_k": 10, "candidates": 100, "lambda_inf": LAMBDA, "anchors_key": KEY}
+    before = index.search(query, anchors, **args, exact=exact)
+    rank_query = index_module.query_vectors
+
+    def remove_the_best(
+        query: torch.Tensor, anchors: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        index.remove([int(before.ids[0])])  # between faiss and the codes (models/index.py)
+        return rank_query(query, anchors)
+
+    monkeypatch.setattr(index_module, "query_vectors", remove_the_best)
+    after = index.search(query, anchors, **args, exact=exact)
+    assert len(after) == 10 and int(before.ids[0]) not in after.ids.tolist()
+    np.testing.assert_array_equal(after.ids[:9], before.ids[1:])
+    np.testing.assert_array_equal(after.scores[:9], before.scores[1:])
 
 
 def test_documents_past_the_budget_and_other_anchors_are_scored_exactly(
@@ -197,8 +225,11 @@ def test_the_store_is_an_unnamed_file_that_grows_past_its_first_map(tmp_path: Pa
     assert store.put(np.arange(3000), store.encode_embeddings(vectors)) == 3000
     assert store.bytes_mapped >= 3000 * 8
     assert list(tmp_path.iterdir()) == []  # nothing to clean up after a crash
-    _, codes = store.gather(np.array([2999, 0]))
-    np.testing.assert_array_equal(codes, store.encode_embeddings(vectors[[2999, 0]]))
+    z = rank_vectors(torch.from_numpy(vectors[:1]), anchors)[0]
+    found, rho = store.similarities(np.array([2999, 3000, 0]), z)
+    assert found.tolist() == [True, False, True]
+    expected = store.codec.similarity(store.encode_embeddings(vectors[[2999, 0]]), z).numpy()
+    np.testing.assert_array_equal(rho, [expected[0], 0.0, expected[1]])
     store.close()
 
 
@@ -222,15 +253,16 @@ def test_rows_written_before_a_grow_are_read_without_a_page_fault(tmp_path: Path
     store = store_for(anchors, tmp_path, 8)
     vectors = clustered(rng, np.eye(DIM), 1500)
     store.put(np.arange(1500), store.encode_embeddings(vectors))  # grew at row 1024
-    rows = np.arange(0, 1000, 10)  # 100 rows written before the grow, 40 KB apart
+    ids = np.arange(0, 1000, 10)  # 100 rows written before the grow, 40 KB apart
+    z = rank_vectors(torch.from_numpy(vectors[:1]), anchors)[0]
 
-    def gather_faults() -> int:
+    def read_faults() -> int:
         before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
-        store.gather(rows)
+        store.similarities(ids, z)
         return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
 
-    first, again = gather_faults(), gather_faults()
-    # Both gathers fault in their fresh output array alike; unmapped rows would add about one
+    first, again = read_faults(), read_faults()
+    # Both reads fault in their fresh output arrays alike; unmapped rows would add about one
     # fault each to the first.
     assert first - again <= 8
     store.close()
@@ -245,6 +277,12 @@ def test_without_numba_the_codes_score_the_same(
     anchors = anchors[:-1]
     codes = codec.encode(anchor_ranks(torch.from_numpy(docs[:50]), anchors).numpy())
     z = rank_vectors(torch.from_numpy(queries[:1]), anchors)[0]
+    rows = np.array([41, 3, 3, 17])  # any rows, in any order, read in place
     compiled = codec.similarity(codes, z)
+    compiled_rows = codec.similarity_rows(codes, rows, z)
+    torch.testing.assert_close(compiled_rows, compiled[rows], atol=1e-6, rtol=0)
     monkeypatch.setattr(rank_codes, "_kernels", lambda: None)
     torch.testing.assert_close(codec.similarity(codes, z), compiled, atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        codec.similarity_rows(codes, rows, z), compiled_rows, atol=1e-6, rtol=0
+    )

@@ -22,19 +22,23 @@ import numpy as np
 import torch
 
 from models.numba_jit import compile_kernels
+from models.spare_core import split_range
 
 
-def _cosines_py(rows: np.ndarray, anchors: np.ndarray, out: np.ndarray) -> None:
-    """out (r, m) = rows (r, dim) . anchors (m, dim)^T, four anchors per pass over a row."""
+def _cosines_py(
+    rows: np.ndarray, anchors: np.ndarray, out: np.ndarray, start: int, stop: int
+) -> None:
+    """out[:, start:stop] = rows (r, dim) . anchors[start:stop] (stop - start, dim)^T, four
+    anchors per pass over a row. With `start` a multiple of 4 the blocks are those of the
+    whole range, so any split at such a point gives the same bits."""
     count, dim = rows.shape
-    m = anchors.shape[0]
-    blocked = m - m % 4
+    blocked = stop - (stop - start) % 4
     # The four anchors are copied to one small block first, read in one sequential sweep:
     # dotting them in place, four streams 1.5 KB apart, took 1.6-2x as long for 1-4 rows at
     # M = 100k, where the matrix comes from memory, and as long for 12-100 rows or at M = 10k
     # (AMD EPYC Zen 4, one process alternating the two, load 0.6), with the same bits.
     block = np.empty((4, dim), dtype=np.float32)
-    for j in range(0, blocked, 4):
+    for j in range(start, blocked, 4):
         for r in range(4):
             for k in range(dim):
                 block[r, k] = anchors[j + r, k]
@@ -53,7 +57,7 @@ def _cosines_py(rows: np.ndarray, anchors: np.ndarray, out: np.ndarray) -> None:
             out[i, j + 1] = a1
             out[i, j + 2] = a2
             out[i, j + 3] = a3
-    for j in range(blocked, m):
+    for j in range(blocked, stop):
         for i in range(count):
             acc = np.float32(0.0)
             for k in range(dim):
@@ -61,7 +65,9 @@ def _cosines_py(rows: np.ndarray, anchors: np.ndarray, out: np.ndarray) -> None:
             out[i, j] = acc
 
 
-def _cosines_bf16_py(rows: np.ndarray, bits: np.ndarray, out: np.ndarray) -> None:
+def _cosines_bf16_py(
+    rows: np.ndarray, bits: np.ndarray, out: np.ndarray, start: int, stop: int
+) -> None:
     """_cosines_py with bfloat16 anchors, given as their bits (m, dim) uint16: each block of
     four is widened to float32 (a bfloat16 is the top half of a float32) and dotted as there,
     so the result has the bits of _cosines_py on the float32 values of the same anchors.
@@ -69,11 +75,10 @@ def _cosines_bf16_py(rows: np.ndarray, bits: np.ndarray, out: np.ndarray) -> Non
     Its own kernel, though the dots are _cosines_py's: one kernel for both dtypes, widening
     float32 bits by a shift of 0, was up to 25 % slower for 1-4 float32 rows at M = 10k."""
     count, dim = rows.shape
-    m = bits.shape[0]
     wide = np.empty((4, dim), dtype=np.uint32)
     block = wide.view(np.float32)
-    for j in range(0, m, 4):
-        width = min(4, m - j)
+    for j in range(start, stop, 4):
+        width = min(4, stop - j)
         for r in range(width):
             for k in range(dim):
                 wide[r, k] = np.uint32(bits[j + r, k]) << 16
@@ -115,9 +120,12 @@ def _row_dots_py(rows: np.ndarray, vector: np.ndarray, out: np.ndarray) -> None:
 def _kernels() -> tuple[Callable[..., Any], ...] | None:
     # fastmath lets the sums vectorise: reassociated, but the same way for every row.
     return compile_kernels(
-        (_cosines_py, "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"),
+        (_cosines_py, "void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int64, int64)"),
         (_row_dots_py, "void(float32[:, ::1], float32[::1], float32[::1])"),
-        (_cosines_bf16_py, "void(float32[:, ::1], uint16[:, ::1], float32[:, ::1])"),
+        (
+            _cosines_bf16_py,
+            "void(float32[:, ::1], uint16[:, ::1], float32[:, ::1], int64, int64)",
+        ),
         fastmath=True,
     )
 
@@ -126,23 +134,36 @@ def _on_cpu(*tensors: torch.Tensor) -> bool:
     return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
 
 
-def anchor_cosines(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+def anchor_cosines(
+    embeddings: torch.Tensor, anchors: torch.Tensor, *, split: bool = False
+) -> torch.Tensor:
     """(n, m) float32 inner products of unit embeddings (n, dim) with anchors (m, dim), no
     gradient. bfloat16 anchors (RANKSERVE_ANCHOR_DTYPE) are read at half the bytes and
-    multiplied in float32, as their float32 values would be."""
+    multiplied in float32, as their float32 values would be. With `split`, the spare core takes
+    half of the anchors (models/spare_core.py): each core reads half of the matrix, where
+    splitting the rows made both read all of it."""
     embeddings, anchors = embeddings.detach(), anchors.detach()
     kernels = _kernels()
     on_cpu = embeddings.device.type == "cpu" and anchors.device.type == "cpu"
-    if kernels is not None and on_cpu and embeddings.dtype == torch.float32:
-        out = np.empty((len(embeddings), anchors.shape[0]), dtype=np.float32)  # (n, m)
+    known = anchors.dtype in (torch.float32, torch.bfloat16)
+    if kernels is not None and on_cpu and embeddings.dtype == torch.float32 and known:
+        m = anchors.shape[0]
+        out = np.empty((len(embeddings), m), dtype=np.float32)  # (n, m)
         rows = np.ascontiguousarray(embeddings.numpy())  # (n, dim)
         if anchors.dtype == torch.float32:
-            kernels[0](rows, np.ascontiguousarray(anchors.numpy()), out)
-            return torch.from_numpy(out)
-        if anchors.dtype == torch.bfloat16:
-            bits = anchors.contiguous().view(torch.int16).numpy().view(np.uint16)  # (m, dim)
-            kernels[2](rows, bits, out)
-            return torch.from_numpy(out)
+            kernel, matrix = kernels[0], np.ascontiguousarray(anchors.numpy())  # (m, dim)
+        else:
+            kernel = kernels[2]
+            matrix = anchors.contiguous().view(torch.int16).numpy().view(np.uint16)  # (m, dim)
+
+        def columns(start: int, stop: int) -> None:
+            kernel(rows, matrix, out, start, stop)
+
+        if split:
+            split_range(columns, m, elements=out.size, align=4)
+        else:
+            columns(0, m)
+        return torch.from_numpy(out)
     if anchors.dtype == torch.bfloat16:
         anchors = anchors.to(embeddings.dtype)  # a bfloat16 product would round the cosines
     return embeddings @ anchors.T  # (n, m)

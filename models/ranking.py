@@ -6,11 +6,12 @@ Reference: Seonwoo et al., "Ranking-Enhanced Unsupervised Sentence Representatio
 
 import math
 
+import numpy as np
 import torch
 
 from models.cpu_products import anchor_cosines
 from models.ordinal_ranks import ranks_into
-from models.spare_core import split_rows
+from models.spare_core import split_range
 
 DEFAULT_LAMBDA_INF = 0.1  # Section 4.3
 
@@ -23,23 +24,32 @@ def anchor_ranks(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tenso
     scipy.stats.rankdata(method="ordinal"); Spearman's average-rank convention would move a
     similarity by less than 1e-6.
     """
-    return _ranks_affine(embeddings, anchors, 1.0, 0.0)  # (batch, m)
+    return _ranks_affine(embeddings, anchors, 1.0, 0.0, split=False)  # (batch, m)
 
 
 def _ranks_affine(
-    embeddings: torch.Tensor, anchors: torch.Tensor, scale: float, shift: float
+    embeddings: torch.Tensor, anchors: torch.Tensor, scale: float, shift: float, *, split: bool
 ) -> torch.Tensor:
     """scale * anchor_ranks + shift, the affine map applied while the ranks are written.
 
     On CPU an exact linear-time radix sort (models/ordinal_ranks.py) writes the mapped ranks
     in its last pass, so g of Eq. 3 costs nothing extra; on CUDA torch sorts on the device.
+    With `split`, the spare core takes half of the anchors of the product and half of the rows
+    of the sort (models/spare_core.py); neither changes a bit.
     """
-    cosines = anchor_cosines(embeddings, anchors)  # (batch, m); ranks carry no gradient
+    cosines = anchor_cosines(embeddings, anchors, split=split)  # (batch, m), no gradient
     if cosines.device.type == "cpu":
         values = cosines.to(torch.float32).contiguous().numpy()  # (batch, m)
-        out = torch.empty(values.shape, dtype=torch.float32)  # (batch, m)
-        ranks_into(values, out.numpy(), scale, shift)
-        return out.to(cosines.dtype)
+        ranks = np.empty(values.shape, dtype=np.float32)  # (batch, m)
+
+        def rows(start: int, stop: int) -> None:
+            ranks_into(values[start:stop], ranks[start:stop], scale, shift)
+
+        if split:
+            split_range(rows, len(values), elements=values.size)
+        else:
+            rows(0, len(values))
+        return torch.from_numpy(ranks).to(cosines.dtype)
     order = torch.argsort(cosines, dim=1, stable=True)  # (batch, m)
     positions = torch.arange(cosines.shape[1], device=cosines.device, dtype=cosines.dtype)
     ranks = torch.empty_like(cosines)  # (batch, m)
@@ -72,26 +82,31 @@ def normalise_ranks(ranks: torch.Tensor) -> torch.Tensor:
     return ranks * scale + shift  # (..., m)
 
 
-def rank_vectors(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
-    """Normalised rank vectors z (Eq. 2 with g of Eq. 3) of inputs against an anchor matrix."""
+def rank_vectors(
+    embeddings: torch.Tensor, anchors: torch.Tensor, *, split: bool = False
+) -> torch.Tensor:
+    """Normalised rank vectors z (Eq. 2 with g of Eq. 3) of inputs against an anchor matrix;
+    `split`: as in _ranks_affine."""
     scale, shift = normalisation(anchors.shape[0])
-    return _ranks_affine(embeddings, anchors, scale, shift)  # (batch, m)
+    return _ranks_affine(embeddings, anchors, scale, shift, split=split)  # (batch, m)
 
 
 def rank_vectors_chunked(
     embeddings: torch.Tensor, anchors: torch.Tensor, chunk: int = 256
 ) -> torch.Tensor:
     """rank_vectors over row chunks, so a large batch never holds several (batch, m) temporaries,
-    with half of the rows on the spare core (models/spare_core.py): every row's rank vector
-    depends on that row alone (models/cpu_products.py), so the split changes no bit."""
-
-    def chunked(rows: torch.Tensor) -> torch.Tensor:
-        parts = [rank_vectors(rows[i : i + chunk], anchors) for i in range(0, len(rows), chunk)]
-        if len(parts) <= 1:  # no copy: a large torch.cat wakes OpenMP (models/rescoring.py)
-            return parts[0] if parts else rows.new_empty((0, anchors.shape[0]))
-        return torch.cat(parts)  # (rows, m)
-
-    return split_rows(chunked, embeddings)  # (batch, m)
+    with the spare core's help (models/spare_core.py)."""
+    parts = [
+        rank_vectors(embeddings[i : i + chunk], anchors, split=True)
+        for i in range(0, len(embeddings), chunk)
+    ]
+    if len(parts) <= 1:
+        return parts[0] if parts else embeddings.new_empty((0, anchors.shape[0]))
+    if parts[0].device.type != "cpu":
+        return torch.cat(parts)  # (batch, m)
+    # On CPU numpy joins them: torch.cat of this size wakes its OpenMP pool, whose spinning
+    # workers would then hold the helper's core.
+    return torch.from_numpy(np.concatenate([part.numpy() for part in parts]))  # (batch, m)
 
 
 def paired_similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

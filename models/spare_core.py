@@ -3,10 +3,11 @@
 faiss scans with one thread (models/index.py) and the rank kernels use one thread each
 (models/cpu_products.py, models/ordinal_ranks.py), all with the GIL released, so on an idle
 machine a search or a /similarity call keeps one core busy. One helper thread per process
-takes a part of it: the query's rank vector while faiss scans, half of the rows of every
-product with the anchor matrix (models/ranking.py). A task the helper has not
-started when its caller needs it is run by the caller instead, so a helper busy with another
-request's work delays nobody, and under full load the split costs only its hand-over.
+takes a part of it: the query's rank vector while faiss scans, half of the anchors of a
+product with the anchor matrix (models/cpu_products.py) and half of the rows of their sorts
+(models/ranking.py). A task the helper has not started when its caller needs it is run by the
+caller instead, so a helper busy with another request's work delays nobody, and under full
+load the split costs only its hand-over.
 """
 
 import functools
@@ -15,15 +16,12 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
 
-import numpy as np
-import torch
-
 T = TypeVar("T")
-# Below this a product with the anchor matrix is its read from memory, which two cores share:
-# one pair's /similarity ranked its two rows in 1.9-2.0 ms at M = 10k alone and 2.8-3.3 split
-# (19-20 against 24 ms at M = 100k); 128 rows took 24 instead of 28-30 ms, a search's dozen
-# 2.2 instead of 3.2 (bench.scoring and a script, AMD EPYC Zen 3, load 1-2).
-_MIN_SPLIT = 8
+# Below this many elements of a (rows, anchors) product a hand-over costs about what it saves:
+# one row's anchor cosines took 0.05 ms alone and 0.08 split at M = 1000, 0.26 and 0.23 at
+# M = 5000, 0.54 and 0.41 at M = 10k; 8 rows at M = 1000 0.18 and 0.11 (a script, AMD EPYC
+# Zen 3, load 1.2).
+_MIN_SPLIT_ELEMENTS = 8192
 
 
 @functools.cache
@@ -48,16 +46,17 @@ class Pending(Generic[T]):
         return self._future.result()
 
 
-def split_rows(
-    function: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor
-) -> torch.Tensor:
-    """function(rows) (n, ...) as two halves, one on the helper: only for a row-wise function
-    whose every output row depends on its input row alone, so the split changes no bit."""
-    if len(rows) < _MIN_SPLIT or rows.device.type != "cpu":
-        return function(rows)
-    half = len(rows) // 2
-    first = Pending(functools.partial(function, rows[:half]))
-    second = function(rows[half:])
-    # numpy joins them on this thread: torch.cat of this size wakes its OpenMP pool, whose
-    # spinning workers would then hold the helper's core.
-    return torch.from_numpy(np.concatenate([first.result().numpy(), second.numpy()]))
+def split_range(
+    function: Callable[[int, int], object], stop: int, elements: int, align: int = 1
+) -> None:
+    """function(start, end) over [0, stop) as two halves, the first on the helper, when the
+    work (`elements` in all) is worth a hand-over; the split point is a multiple of `align`.
+    Only for a function whose halves write disjoint outputs and whose every output element
+    depends on its own inputs alone, so the split changes no bit."""
+    middle = stop // 2 // align * align
+    if elements < _MIN_SPLIT_ELEMENTS or middle == 0:
+        function(0, stop)
+        return
+    first = Pending(functools.partial(function, 0, middle))
+    function(middle, stop)
+    first.result()

@@ -6,21 +6,44 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import torch
 
+from models import spare_core
 from models.ranking import rank_vectors
-from models.spare_core import Pending, split_rows
+from models.spare_core import Pending, split_range
 
 
-def test_rank_vectors_split_over_two_cores_equal_one_product() -> None:
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m", [997, 1000])
+def test_rank_vectors_split_over_two_cores_equal_one_product(
+    monkeypatch: pytest.MonkeyPatch, m: int, dtype: torch.dtype
+) -> None:
+    monkeypatch.setattr(spare_core, "_MIN_SPLIT_ELEMENTS", 0)  # split even these small products
     rng = np.random.default_rng(3)
-    anchors = torch.from_numpy(rng.standard_normal((997, 48), dtype=np.float32))
-    anchors /= anchors.norm(dim=1, keepdim=True)
-    for rows in (1, 2, 8, 9, 31):
+    anchors = torch.from_numpy(rng.standard_normal((m, 48), dtype=np.float32))
+    anchors = (anchors / anchors.norm(dim=1, keepdim=True)).to(dtype)
+    for rows in (1, 2, 3, 9, 31):
         documents = torch.from_numpy(rng.standard_normal((rows, 48), dtype=np.float32))
         documents /= documents.norm(dim=1, keepdim=True)
-        split = split_rows(lambda part: rank_vectors(part, anchors), documents)
+        split = rank_vectors(documents, anchors, split=True)
         assert torch.equal(split, rank_vectors(documents, anchors))
+
+
+def test_a_split_range_runs_its_first_half_on_the_helper() -> None:
+    calls: dict[tuple[int, int], str] = {}
+
+    def record(start: int, stop: int) -> None:
+        if start > 0:
+            time.sleep(0.2)  # the helper has long started the first half meanwhile
+        calls[(start, stop)] = threading.current_thread().name
+
+    split_range(record, 1003, elements=10**6, align=4)
+    assert sorted(calls) == [(0, 500), (500, 1003)]  # the middle at a multiple of 4
+    assert calls[(0, 500)].startswith("spare-core")
+    assert calls[(500, 1003)] == threading.current_thread().name
+    split_range(record, 1003, elements=10)  # too little work: one call, here
+    assert calls[(0, 1003)] == threading.current_thread().name
 
 
 def test_a_task_the_busy_helper_has_not_started_runs_on_its_caller() -> None:

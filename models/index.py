@@ -89,7 +89,7 @@ class SearchIndex:
         with self._lock:
             previous, self._ranks = self._ranks, store
             if previous is not None and previous is not store:
-                previous.close()  # searches copy rows out under the lock: none still reads it
+                previous.close()  # searches read its rows only under the lock: none still does
             if store is None:
                 return np.empty(0, dtype=np.int64)
             return np.array([i for i in self._terms if i not in store], dtype=np.int64)

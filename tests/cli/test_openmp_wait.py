@@ -6,10 +6,8 @@ import sys
 
 from core.openmp_wait import SPIN_COUNT
 
-PROBE = (
-    "import sys, cli; loaded = 'torch' in sys.modules; import os, cli.main; "
-    "print(loaded, os.environ.get('GOMP_SPINCOUNT'))"
-)
+# Importing the package runs cli/__init__.py, before any subcommand module (and torch) loads.
+PROBE = "import os, sys, cli; print('torch' in sys.modules, os.environ.get('GOMP_SPINCOUNT'))"
 
 
 def spin_count_seen(environment: dict[str, str]) -> str:

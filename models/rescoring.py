@@ -132,14 +132,14 @@ def rescore(
     query_t = _on_anchors(query, anchors)  # (dim,)
     documents = torch.from_numpy(vectors).to(anchors.device)  # (n, dim)
     cosine = row_dots(documents, query_t).cpu().numpy()  # (n,)
-    order = np.lexsort((ids, -cosine))  # (n,) cosine descending, then id
-    if stored is None or not stored.found.any():
-        bound = (1.0 - lambda_inf) * cosine[order] + lambda_inf * _RHO_MAX  # (n,) non-increasing
-        return _rescore_exact(query_t, anchors, ids, documents, order, bound, lambda_inf, top_k)
-    if exact:
+    if exact and stored is not None and stored.found.any():
         return _rescore_verified(
             query_t, anchors, ids, documents, cosine, stored, lambda_inf, top_k
         )
+    order = np.lexsort((ids, -cosine))  # (n,) cosine descending, then id
+    if stored is None or not stored.found.any():
+        bound = _bound_without_rank(cosine[order], lambda_inf)  # (n,) non-increasing
+        return _rescore_exact(query_t, anchors, ids, documents, order, bound, lambda_inf, top_k)
     # Estimates cost nothing more: every candidate that has one is scored from it.
     found = stored.found
     rank = torch.from_numpy(stored.rho[found])  # (f,)
@@ -147,7 +147,7 @@ def rescore(
     kept = top_hits(ids[found], score.numpy(), cosine[found], rank.numpy(), top_k)
     # The others get exact rank vectors, best cosine first, while their bound reaches the top_k.
     missing = order[~found[order]]  # (n - f,)
-    bound = (1.0 - lambda_inf) * cosine[missing] + lambda_inf * _RHO_MAX  # (n - f,)
+    bound = _bound_without_rank(cosine[missing], lambda_inf)  # (n - f,)
     for start in range(0, len(missing), _BLOCK):
         if len(kept) == top_k and bound[start] < kept.scores[-1]:
             break
@@ -157,6 +157,11 @@ def rescore(
         )
         kept = _merge(kept, ids[take], score, cos, rank, top_k)
     return kept
+
+
+def _bound_without_rank(cosine: np.ndarray, lambda_inf: float) -> np.ndarray:
+    """The highest Eq. 7 score candidates of these cosines could reach, rho being at most 1."""
+    return (1.0 - lambda_inf) * cosine + lambda_inf * _RHO_MAX
 
 
 def _rescore_exact(

@@ -3,9 +3,12 @@
 For each thread count: a matmul probe (fp32 and bf16 GFLOP/s of torch on this CPU, now), then
 every installed backend on short texts (one Wikipedia sentence) and long ones (eight
 consecutive sentences, truncated at the model's maximum) at batch sizes 1, 16 and 64. Within a
-(threads, input, batch) group the backends run back to back, torch fp32 first, so each row's
-speed-up is against a baseline measured moments before. Before the speed rows, each backend's
-parity with torch fp32 on the dev sets (models/parity.py): what `auto` requires of it.
+(threads, input, batch) group the rows run back to back, so each row's speed-up is against a
+baseline measured moments before: torch fp32 encoding each batch in one forward pass, as the
+encoder did before it cut batches by padded tokens (`--batch-tokens`, default the settings'
+RANKSERVE_MAX_BATCH_TOKENS); every backend row, torch fp32 included, then runs with the budget.
+Before the speed rows, each backend's parity with torch fp32 on the dev sets
+(models/parity.py): what `auto` requires of it.
 
 "GFLOP/s" is useful work: real (unpadded) tokens times the model's FLOPs per token (linear
 layers plus attention at the input's mean length); "% probe" sets it against the fp32 probe.
@@ -15,9 +18,11 @@ once per backend (about 100-250 MB each) and 1024 x 1024 probe matrices; nothing
 
     python -m bench.encoder [--seconds S] [--threads T ...] [--backends B ...]
                             [--batches N ...] [--parity-pairs P] [--texts N]
+                            [--batch-tokens T]
 """
 
 import argparse
+import dataclasses
 import os
 import statistics
 import time
@@ -108,9 +113,12 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--texts", type=int, default=128, help="distinct texts per input kind")
     parser.add_argument("--parity-pairs", type=int, default=None, help="per dev task; all")
+    parser.add_argument("--batch-tokens", type=int, default=None, help="default: the settings'")
     args = parser.parse_args()
 
     settings = Settings()
+    if args.batch_tokens is not None:
+        settings = settings.model_copy(update={"max_batch_tokens": args.batch_tokens})
     backends = [Backend(name) for name in args.backends]
     missing = [b.value for b in backends if not available(b)]
     backends = [b for b in backends if available(b)]
@@ -142,20 +150,23 @@ def main() -> None:
             flush=True,
         )
         local = settings.model_copy(update={"torch_threads": threads})
-        encoders = {b: encoder_for(local, None, None, b) for b in backends}
+        encoders = {b.value: encoder_for(local, None, None, b) for b in backends}
+        one_pass = dataclasses.replace(encoders[Backend.TORCH.value], batch_tokens=None)
+        rows = {"torch 1pass": one_pass} | encoders
         for kind, (texts, mean_tokens) in kinds.items():
             flops = flops_per_token(reference, mean_tokens)
             for batch in args.batches:
                 baseline = None
-                for backend, encoder in encoders.items():
+                for label, encoder in rows.items():
+                    verdict = "pass" if passed[encoder.backend] else "FAIL"
                     speed = sentences_per_second(encoder, texts, batch, args.seconds)
                     baseline = baseline or speed
                     tokens = speed * mean_tokens
                     gflops = tokens * flops / 1e9
                     print(
-                        f"{backend.value:<11} {kind:<6} {batch:>5} {speed:9.1f} "
+                        f"{label:<11} {kind:<6} {batch:>5} {speed:9.1f} "
                         f"{tokens:10.0f} {speed / baseline:7.2f} {gflops:8.1f} "
-                        f"{100 * gflops / fp32:7.1f}% {'pass' if passed[backend] else 'FAIL':>7}"
+                        f"{100 * gflops / fp32:7.1f}% {verdict:>7}"
                         f"  {load_average()}",
                         flush=True,
                     )

@@ -49,6 +49,7 @@ def encoder_for(
         device=settings.device,
         max_seq_length=settings.max_seq_length,
         batch_size=settings.encode_batch_size,
+        batch_tokens=settings.max_batch_tokens,
         backend=backend,
         variants=variants,
         export_cache=settings.cache.encoder_variants,

@@ -15,6 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from sentence_transformers import SentenceTransformer
+from tqdm.auto import tqdm
 from transformers.utils import logging as transformers_logging
 
 from models.backends import (
@@ -29,6 +30,32 @@ from models.backends import (
 from models.checksums import sha256_directory
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def token_budget_slices(
+    token_counts: list[int], max_tokens: int, max_batch_size: int, max_batch_tokens: int
+) -> list[list[int]]:
+    """Text indices sorted by token count, cut into forward passes within both budgets.
+
+    A pass's padded cost is its size times its longest (truncated) text, so sorting first
+    keeps short texts from being padded to a long neighbour, and a small token budget keeps a
+    pass's activations in cache: on two Zen 3 cores, 1,024 padded tokens per pass encoded
+    batches of 64 texts 1.5x faster than one pass of 64 (bench.encoder, `--batch-tokens`).
+    """
+    order = sorted(range(len(token_counts)), key=token_counts.__getitem__)
+    slices: list[list[int]] = []
+    current: list[int] = []
+    for index in order:
+        length = min(token_counts[index], max_tokens)
+        if current and (
+            len(current) >= max_batch_size or (len(current) + 1) * length > max_batch_tokens
+        ):
+            slices.append(current)
+            current = []
+        current.append(index)
+    if current:
+        slices.append(current)
+    return slices
 
 
 def default_model_path() -> Path:
@@ -55,6 +82,8 @@ class Encoder:
     checksum: str  # sha256 over the checkpoint directory: the weights' identity
     device: torch.device
     batch_size: int = 64
+    # Padded tokens per forward pass (token_budget_slices); None: passes of batch_size texts.
+    batch_tokens: int | None = None
     backend: Backend = Backend.TORCH
     runner: Runner | None = None  # the exported graph, for the backends in EXPORTED
     _dim: int = field(init=False)
@@ -81,16 +110,38 @@ class Encoder:
 
     @torch.inference_mode()
     def encode(
-        self, texts: list[str], batch_size: int | None = None, *, progress: bool = False
+        self,
+        texts: list[str],
+        batch_size: int | None = None,
+        *,
+        progress: bool = False,
+        token_counts: list[int] | None = None,
     ) -> torch.Tensor:
-        """L2-normalised float32 embeddings on the encoder's device.
+        """L2-normalised float32 embeddings on the encoder's device, in the caller's order.
 
-        sentence-transformers sorts the inputs by length before batching (less padding) and
-        restores the caller's order afterwards.
+        With a token budget, the texts are sorted by token count (`token_counts`, when the
+        caller has them, saves tokenising twice) and cut into passes of at most batch_size
+        texts and batch_tokens padded tokens. Without one, sentence-transformers sorts them
+        by length and makes passes of batch_size texts.
         """
         if not texts:
             return torch.empty((0, self.dim), dtype=torch.float32, device=self.device)
         size = batch_size or self.batch_size
+        if self.batch_tokens is None or len(texts) == 1:
+            return self._encode_passes(texts, size, progress)
+        counts = token_counts if token_counts is not None else self.token_counts(texts)
+        slices = token_budget_slices(counts, self.max_seq_length, size, self.batch_tokens)
+        if len(slices) == 1:
+            return self._encode_passes(texts, size, progress)
+        out = torch.empty((len(texts), self.dim), dtype=torch.float32, device=self.device)
+        with tqdm(total=len(texts), desc="Encoding", disable=not progress) as bar:
+            for indices in slices:
+                part = self._encode_passes([texts[i] for i in indices], len(indices), False)
+                out[torch.tensor(indices, device=self.device)] = part  # (len(indices), dim)
+                bar.update(len(indices))
+        return out
+
+    def _encode_passes(self, texts: list[str], size: int, progress: bool) -> torch.Tensor:
         if self.runner is not None:
             return self._encode_exported(self.runner, texts, size)
         with self._autocast():
@@ -139,6 +190,7 @@ def load_encoder(
     device: str | None = None,
     max_seq_length: int | None = None,
     batch_size: int = 64,
+    batch_tokens: int | None = None,
     backend: Backend | str = Backend.TORCH,
     variants: Path | None = None,
     export_cache: Path | None = None,
@@ -184,6 +236,7 @@ def load_encoder(
         checksum=checksum,
         device=resolved,
         batch_size=batch_size,
+        batch_tokens=batch_tokens,
         backend=backend,
         runner=runner,
     )

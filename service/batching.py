@@ -23,6 +23,7 @@ from typing import TypeVar
 
 import torch
 
+from models.encoder import token_budget_slices
 from service.engine import Engine
 from service.metrics import Metrics
 
@@ -58,30 +59,6 @@ class _Job:
     texts: list[str]
     future: asyncio.Future[Encoded]
     enqueued: float = field(default_factory=time.perf_counter)
-
-
-def forward_slices(
-    token_counts: list[int], max_tokens: int, max_batch_size: int, max_batch_tokens: int
-) -> list[list[int]]:
-    """Text indices sorted by token count, cut into slices within both budgets.
-
-    A slice's padded cost is its size times its longest (truncated) text, so sorting first
-    keeps short texts from being padded to a long neighbour.
-    """
-    order = sorted(range(len(token_counts)), key=token_counts.__getitem__)
-    slices: list[list[int]] = []
-    current: list[int] = []
-    for index in order:
-        length = min(token_counts[index], max_tokens)
-        if current and (
-            len(current) >= max_batch_size or (len(current) + 1) * length > max_batch_tokens
-        ):
-            slices.append(current)
-            current = []
-        current.append(index)
-    if current:
-        slices.append(current)
-    return slices
 
 
 class Batcher:
@@ -209,10 +186,14 @@ class Batcher:
         encoder = engine.encoder
         counts = encoder.token_counts(texts)
         embeddings = torch.empty((len(texts), encoder.dim), dtype=torch.float32)  # (n, dim)
-        for indices in forward_slices(
+        for indices in token_budget_slices(
             counts, encoder.max_seq_length, self.max_batch_size, self.max_batch_tokens
         ):
-            part = encoder.encode([texts[i] for i in indices], batch_size=len(indices))
+            part = encoder.encode(
+                [texts[i] for i in indices],
+                batch_size=len(indices),
+                token_counts=[counts[i] for i in indices],
+            )
             embeddings[torch.tensor(indices)] = part.cpu()  # (len(indices), dim)
         self.metrics.inference.observe(time.perf_counter() - start)
         return Encoded(

@@ -1,3 +1,4 @@
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,35 @@ def test_length_sorted_batching_keeps_input_order(encoder: Encoder) -> None:
     batch = encoder.encode(texts, batch_size=2)
     singles = torch.cat([encoder.encode([t]) for t in texts])
     torch.testing.assert_close(batch, singles, atol=1e-5, rtol=0)
+
+
+def test_a_token_budget_cuts_passes_and_keeps_order_and_embeddings(
+    encoder: Encoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = [
+        "a considerably longer sentence about rivers, mountains and the valleys between them",
+        "short",
+        "mid length text",
+        "tiny",
+        "another sentence of middling length here",
+    ]
+    one_pass = encoder.encode(texts)
+    budgeted = dataclasses.replace(encoder, batch_tokens=24)
+    passes: list[list[str]] = []
+    run = budgeted._encode_passes
+
+    def recorded(part: list[str], size: int, progress: bool) -> torch.Tensor:
+        passes.append(part)
+        return run(part, size, progress)
+
+    monkeypatch.setattr(budgeted, "_encode_passes", recorded)
+    torch.testing.assert_close(budgeted.encode(texts), one_pass, atol=1e-5, rtol=0)
+    counts = dict(zip(texts, encoder.token_counts(texts), strict=True))
+    assert len(passes) > 1
+    assert sorted(t for part in passes for t in part) == sorted(texts)
+    for part in passes:
+        # Within the budget, unless one text alone exceeds it.
+        assert len(part) == 1 or len(part) * max(counts[t] for t in part) <= 24
 
 
 def test_empty_input_gives_empty_matrix(encoder: Encoder) -> None:

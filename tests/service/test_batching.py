@@ -15,8 +15,7 @@ import httpx
 import pytest
 import torch
 
-from models.encoder import Encoder
-from service.batching import forward_slices
+from models.encoder import Encoder, token_budget_slices
 from service.engine import Engine
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
 
@@ -45,9 +44,9 @@ def quick_server(tmp_path, engine: Engine, request: pytest.FixtureRequest) -> It
         yield running
 
 
-def test_forward_slices_sort_by_length_and_keep_both_budgets():
+def test_token_budget_slices_sort_by_length_and_keep_both_budgets():
     counts = [5, 300, 1, 40, 40, 7, 2, 90, 12, 3]
-    slices = forward_slices(counts, max_tokens=256, max_batch_size=3, max_batch_tokens=100)
+    slices = token_budget_slices(counts, max_tokens=256, max_batch_size=3, max_batch_tokens=100)
     flat = [i for piece in slices for i in piece]
     assert sorted(flat) == list(range(len(counts)))
     assert [counts[i] for i in flat] == sorted(counts)

@@ -85,8 +85,10 @@ class Settings(BaseSettings):
     queue_capacity: int = Field(default=4096, ge=1, description="texts waiting; more is a 429")
     batch_wait_ms: float = Field(default=5.0, ge=0.0, le=1000.0)
     # Padded tokens per forward pass, in serving and in-process alike (models/encoder.py's
-    # token_budget_slices): 1,024 beat 2,048, 4,096 and 16,384 on two Zen 3 cores.
-    max_batch_tokens: int = Field(default=1024, ge=1, description="padded tokens per forward")
+    # token_budget_slices); None: 1,024 on a CPU, 16,384 on a GPU.
+    max_batch_tokens: int | None = Field(
+        default=None, ge=1, description="padded tokens per forward; None: by device"
+    )
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After sent with a 429")
     # JSON bodies nested deeper than this are a 422; pydantic and Python's own recursion never
     # see them. The deepest request the API defines (a document's metadata) is 4 levels.

@@ -106,7 +106,6 @@ def create_app(
         batcher=Batcher(
             metrics_,
             max_batch_size=settings.encode_batch_size,
-            max_batch_tokens=settings.max_batch_tokens,
             max_wait_s=settings.batch_wait_ms / 1000,
             capacity=settings.queue_capacity,
             retry_after_s=settings.retry_after_s,

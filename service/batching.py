@@ -4,8 +4,8 @@ A collector task waits for the first pending request, gives others up to `max_wa
 join (skipped once `max_batch_size` texts are waiting), then hands every request of the
 same engine, up to `max_batch_size` texts, to the worker. While the worker computes, new
 requests queue; when it finishes they have already waited, so the next batch leaves at once.
-The worker tokenises, sorts the texts by token count (less padding), and runs one forward
-pass per slice that fits both the size and the padded-token budget.
+The worker tokenises; the encoder sorts the texts by token count (less padding) and runs one
+forward pass per slice that fits both the size and its padded-token budget.
 
 One worker thread only: torch already spreads a forward pass over the cores, and one queue
 keeps the order of work under load predictable. The queue is bounded in texts; a request
@@ -23,7 +23,6 @@ from typing import TypeVar
 
 import torch
 
-from models.encoder import token_budget_slices
 from service.engine import Engine
 from service.metrics import Metrics
 
@@ -67,14 +66,12 @@ class Batcher:
         metrics: Metrics,
         *,
         max_batch_size: int,
-        max_batch_tokens: int,
         max_wait_s: float,
         capacity: int,
         retry_after_s: int,
     ) -> None:
         self.metrics = metrics
         self.max_batch_size = max_batch_size
-        self.max_batch_tokens = max_batch_tokens
         self.max_wait_s = max_wait_s
         self.capacity = capacity
         self.retry_after_s = retry_after_s
@@ -185,17 +182,8 @@ class Batcher:
         start = time.perf_counter()
         encoder = engine.encoder
         counts = encoder.token_counts(texts)
-        embeddings = torch.empty((len(texts), encoder.dim), dtype=torch.float32)  # (n, dim)
-        for indices in token_budget_slices(
-            counts, encoder.max_seq_length, self.max_batch_size, self.max_batch_tokens
-        ):
-            part = encoder.encode(
-                [texts[i] for i in indices],
-                batch_size=len(indices),
-                token_counts=[counts[i] for i in indices],
-            )
-            embeddings[torch.tensor(indices)] = part.cpu()  # (len(indices), dim)
+        embeddings = encoder.encode(texts, batch_size=self.max_batch_size, token_counts=counts)
         self.metrics.inference.observe(time.perf_counter() - start)
         return Encoded(
-            embeddings=embeddings, token_counts=counts, max_tokens=encoder.max_seq_length
+            embeddings=embeddings.cpu(), token_counts=counts, max_tokens=encoder.max_seq_length
         )

@@ -48,7 +48,7 @@ def build_router(settings: Settings) -> APIRouter:
                 max_search_offset=current.max_search_offset,
                 queue_capacity_texts=current.queue_capacity,
                 max_batch_size=current.encode_batch_size,
-                max_batch_tokens=current.max_batch_tokens,
+                max_batch_tokens=engine.encoder.batch_tokens,
                 batch_wait_ms=current.batch_wait_ms,
                 max_json_depth=current.max_json_depth,
                 max_header_bytes=current.max_header_bytes,

@@ -4,7 +4,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.encoder import Encoder, default_model_path, load_encoder, pick_device
+from models.encoder import (
+    CPU_BATCH_TOKENS,
+    Encoder,
+    default_model_path,
+    load_encoder,
+    pick_device,
+)
 
 
 def test_default_model_comes_from_the_installed_package(encoder: Encoder) -> None:
@@ -40,7 +46,8 @@ def test_a_token_budget_cuts_passes_and_keeps_order_and_embeddings(
         "tiny",
         "another sentence of middling length here",
     ]
-    one_pass = encoder.encode(texts)
+    assert encoder.batch_tokens == CPU_BATCH_TOKENS  # the CPU's default budget
+    one_pass = encoder.encode(texts)  # one pass: 5 short texts are far below it
     budgeted = dataclasses.replace(encoder, batch_tokens=24)
     passes: list[list[str]] = []
     run = budgeted._encode_passes

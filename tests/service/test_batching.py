@@ -76,14 +76,17 @@ def test_concurrent_requests_share_a_batch_and_get_their_own_vectors(
     assert torch.allclose(served, alone, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "quick_server", [{"encode_batch_size": 4, "max_batch_tokens": 64}], indirect=True
-)
 def test_a_request_larger_than_a_forward_pass_is_split_and_reassembled(
-    quick_server: Server, encoder: Encoder
+    tmp_path, engine: Engine, encoder: Encoder
 ):
+    small_passes = dataclasses.replace(encoder, batch_tokens=64)
+    small = dataclasses.replace(engine, encoder=small_passes)
     texts = [("word " * (i * 7 % 23)).strip() or "empty" for i in range(21)]
-    response = post(quick_server, "/encode", {"texts": texts})
+    with serve(make_settings(tmp_path, encode_batch_size=4), fixed_engine(small)) as running:
+        running.wait_ready()
+        with running.client() as http:
+            assert http.get("/info").json()["limits"]["max_batch_tokens"] == 64
+        response = post(running, "/encode", {"texts": texts})
     served = torch.tensor(response.json()["embeddings"])  # (21, dim)
     alone = torch.cat([encoder.encode([t]).cpu() for t in texts])  # (21, dim)
     assert torch.allclose(served, alone, atol=1e-5)

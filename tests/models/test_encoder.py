@@ -10,6 +10,7 @@ from models.encoder import (
     default_model_path,
     load_encoder,
     pick_device,
+    token_budget_slices,
 )
 
 
@@ -34,6 +35,18 @@ def test_length_sorted_batching_keeps_input_order(encoder: Encoder) -> None:
     batch = encoder.encode(texts, batch_size=2)
     singles = torch.cat([encoder.encode([t]) for t in texts])
     torch.testing.assert_close(batch, singles, atol=1e-5, rtol=0)
+
+
+def test_token_budget_slices_sort_by_length_and_keep_both_budgets():
+    counts = [5, 300, 1, 40, 40, 7, 2, 90, 12, 3]
+    slices = token_budget_slices(counts, max_tokens=256, max_batch_size=3, max_batch_tokens=100)
+    flat = [i for piece in slices for i in piece]
+    assert sorted(flat) == list(range(len(counts)))
+    assert [counts[i] for i in flat] == sorted(counts)
+    for piece in slices:
+        assert len(piece) <= 3
+        padded = len(piece) * max(min(counts[i], 256) for i in piece)
+        assert padded <= 100 or len(piece) == 1  # one text over the budget still runs alone
 
 
 def test_a_token_budget_cuts_passes_and_keeps_order_and_embeddings(

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import torch
 
-from models.encoder import Encoder, token_budget_slices
+from models.encoder import Encoder
 from service.engine import Engine
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
 
@@ -42,18 +42,6 @@ def quick_server(tmp_path, engine: Engine, request: pytest.FixtureRequest) -> It
     with serve(make_settings(tmp_path, **overrides), fixed_engine(engine)) as running:
         running.wait_ready()
         yield running
-
-
-def test_token_budget_slices_sort_by_length_and_keep_both_budgets():
-    counts = [5, 300, 1, 40, 40, 7, 2, 90, 12, 3]
-    slices = token_budget_slices(counts, max_tokens=256, max_batch_size=3, max_batch_tokens=100)
-    flat = [i for piece in slices for i in piece]
-    assert sorted(flat) == list(range(len(counts)))
-    assert [counts[i] for i in flat] == sorted(counts)
-    for piece in slices:
-        assert len(piece) <= 3
-        padded = len(piece) * max(min(counts[i], 256) for i in piece)
-        assert padded <= 100 or len(piece) == 1  # one text over the budget still runs alone
 
 
 def test_concurrent_requests_share_a_batch_and_get_their_own_vectors(

@@ -44,8 +44,7 @@ def token_budget_slices(
 
     A pass's padded cost is its size times its longest (truncated) text, so sorting first
     keeps short texts from being padded to a long neighbour, and a small token budget keeps a
-    pass's activations in cache: on two Zen 3 cores, passes of 1,024 padded tokens encoded
-    batches of 64 texts 1.4-1.8x faster than one pass of 64 (bench.encoder).
+    pass's activations in cache (CPU_BATCH_TOKENS).
     """
     order = sorted(range(len(token_counts)), key=token_counts.__getitem__)
     slices: list[list[int]] = []

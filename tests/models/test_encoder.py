@@ -37,7 +37,7 @@ def test_length_sorted_batching_keeps_input_order(encoder: Encoder) -> None:
     torch.testing.assert_close(batch, singles, atol=1e-5, rtol=0)
 
 
-def test_token_budget_slices_sort_by_length_and_keep_both_budgets():
+def test_token_budget_slices_sort_by_length_and_keep_both_budgets() -> None:
     counts = [5, 300, 1, 40, 40, 7, 2, 90, 12, 3]
     slices = token_budget_slices(counts, max_tokens=256, max_batch_size=3, max_batch_tokens=100)
     flat = [i for piece in slices for i in piece]

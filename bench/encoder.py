@@ -151,9 +151,12 @@ def main() -> None:
         )
         local = settings.model_copy(update={"torch_threads": threads})
         encoders = {b.value: encoder_for(local, None, None, b) for b in backends}
-        # A budget no batch reaches: each batch is one pass, padded to its longest text.
+        # A budget no batch reaches, and passes dearer than any padding: each batch is one
+        # pass, padded to its longest text.
         whole = max(args.batches) * reference.max_seq_length
-        one_pass = dataclasses.replace(encoders[Backend.TORCH.value], batch_tokens=whole)
+        one_pass = dataclasses.replace(
+            encoders[Backend.TORCH.value], batch_tokens=whole, pass_cost_tokens=whole
+        )
         rows = {"torch 1pass": one_pass} | encoders
         for kind, (texts, mean_tokens) in kinds.items():
             flops = flops_per_token(reference, mean_tokens)

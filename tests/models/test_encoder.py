@@ -1,4 +1,6 @@
 import dataclasses
+import itertools
+import random
 from pathlib import Path
 
 import pytest
@@ -6,6 +8,7 @@ import torch
 
 from models.encoder import (
     CPU_BATCH_TOKENS,
+    CPU_PASS_COST_TOKENS,
     Encoder,
     default_model_path,
     load_encoder,
@@ -47,6 +50,45 @@ def test_token_budget_slices_sort_by_length_and_keep_both_budgets() -> None:
         assert len(piece) <= 3
         padded = len(piece) * max(min(counts[i], 256) for i in piece)
         assert padded <= 100 or len(piece) == 1  # one text over the budget still runs alone
+
+
+def _passes_cost(lengths: list[int]) -> int:
+    return CPU_PASS_COST_TOKENS + len(lengths) * max(lengths)
+
+
+def test_token_budget_slices_are_the_cheapest_cut_of_the_sorted_texts() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        counts = [rng.choice([1, 3, 8, 20, 60, 150, 300]) for _ in range(rng.randint(1, 8))]
+        lengths = sorted(min(c, 256) for c in counts)
+        got = sum(
+            _passes_cost([min(counts[i], 256) for i in piece])
+            for piece in token_budget_slices(counts, 256, 4, 400)
+        )
+        # Every way of cutting the sorted lengths into runs that keep both budgets.
+        best = None
+        for cuts in itertools.product([False, True], repeat=len(lengths) - 1):
+            runs, run = [], [lengths[0]]
+            for length, cut in zip(lengths[1:], cuts, strict=True):
+                if cut:
+                    runs.append(run)
+                    run = []
+                run.append(length)
+            runs.append(run)
+            if all(len(r) <= 4 and (len(r) == 1 or len(r) * max(r) <= 400) for r in runs):
+                total = sum(_passes_cost(r) for r in runs)
+                best = total if best is None else min(best, total)
+        assert got == best
+
+
+def test_a_long_text_gets_its_own_pass_only_when_that_saves_padding() -> None:
+    short_and_one_long = [5] * 15 + [200]
+    slices = token_budget_slices(short_and_one_long, 256, 16, 16 * 256)
+    assert [len(piece) for piece in slices] == [15, 1]
+    alike = [20, 21, 22, 23]  # padding a few tokens costs less than another pass
+    assert len(token_budget_slices(alike, 256, 16, 16 * 256)) == 1
+    # A pass as dear as the whole budget (the GPU's default): as few passes as the budgets allow.
+    assert len(token_budget_slices(short_and_one_long, 256, 16, 16 * 256, 16 * 256)) == 1
 
 
 def test_a_token_budget_cuts_passes_and_keeps_order_and_embeddings(

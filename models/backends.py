@@ -48,6 +48,17 @@ REQUIRES: dict[Backend, tuple[str, ...]] = {
     Backend.ONNX_INT8: ("onnxruntime", "onnx"),
     Backend.OPENVINO: ("openvino",),
 }
+# What one forward pass costs on a CPU beyond its padded tokens, in tokens' worth of work
+# (token_budget_slices in models/encoder.py). Timed on an AMX Xeon, 2 threads, from passes of
+# 8 to 1,024 tokens: torch fp32 6.8 ms a pass plus 100-120 us a token, bf16 autocast 10.5 ms
+# plus 35-50 us, ONNX Runtime 1.2-1.5 ms plus 80-105 us, OpenVINO 1.7-1.9 ms plus 25-28 us.
+PASS_COST_TOKENS: dict[Backend, int] = {
+    Backend.TORCH: 64,
+    Backend.TORCH_BF16: 256,
+    Backend.ONNX: 16,
+    Backend.ONNX_INT8: 16,
+    Backend.OPENVINO: 64,
+}
 _GRAPH_FILE = {
     Backend.ONNX: "model.onnx",
     Backend.ONNX_INT8: "model-int8.onnx",

@@ -21,6 +21,7 @@ from transformers.utils import logging as transformers_logging
 
 from models.backends import (
     EXPORTED,
+    PASS_COST_TOKENS,
     Backend,
     Runner,
     ensure_variant,
@@ -36,11 +37,6 @@ DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 # two Zen 3 cores, bench.encoder); a GPU needs large passes to keep busy.
 CPU_BATCH_TOKENS = 1024
 GPU_BATCH_TOKENS = 16_384
-# What one forward pass costs beyond its padded tokens, in tokens' worth of work. Timed on an
-# AMX Xeon (2 threads): OpenVINO 1.7-1.9 ms a pass plus 25-28 us a token, torch fp32 6.8 ms plus
-# 100-120 us; both about 64 tokens. Not measured on a GPU: there a pass costs a whole budget,
-# so passes are as few as the budgets allow, as before this cost existed.
-CPU_PASS_COST_TOKENS = 64
 
 
 def token_budget_slices(
@@ -48,15 +44,16 @@ def token_budget_slices(
     max_tokens: int,
     max_batch_size: int,
     max_batch_tokens: int,
-    pass_cost: int = CPU_PASS_COST_TOKENS,
+    pass_cost: int,
 ) -> list[list[int]]:
     """Text indices sorted by token count, cut into the cheapest forward passes within both
     budgets.
 
-    A pass costs `pass_cost` plus its size times its longest (truncated) text. Sorting
-    first keeps short texts from being padded to a long neighbour; the cuts then come from a
-    shortest path over the sorted texts, so a long tail gets its own pass only where the
-    padding it saves outweighs a pass. One text over the token budget still runs alone.
+    A pass costs `pass_cost` (PASS_COST_TOKENS) plus its size times its longest (truncated)
+    text. Sorting first keeps short texts from being padded to a long neighbour; the cuts then
+    come from a shortest path over the sorted texts, so a long tail gets its own pass only
+    where the padding it saves outweighs a pass. One text over the token budget still runs
+    alone.
     """
     order = sorted(range(len(token_counts)), key=token_counts.__getitem__)
     lengths = [min(token_counts[i], max_tokens) for i in order]
@@ -104,7 +101,7 @@ class Encoder:
     device: torch.device
     batch_size: int = 64
     batch_tokens: int = CPU_BATCH_TOKENS  # padded tokens per forward pass (token_budget_slices)
-    pass_cost_tokens: int = CPU_PASS_COST_TOKENS  # a pass's own cost, in tokens' worth of work
+    pass_cost_tokens: int = PASS_COST_TOKENS[Backend.TORCH]  # in tokens' worth of work
     backend: Backend = Backend.TORCH
     runner: Runner | None = None  # the exported graph, for the backends in EXPORTED
     _dim: int = field(init=False)
@@ -260,7 +257,8 @@ def load_encoder(
         device=resolved,
         batch_size=batch_size,
         batch_tokens=batch_tokens or (CPU_BATCH_TOKENS if on_cpu else GPU_BATCH_TOKENS),
-        pass_cost_tokens=CPU_PASS_COST_TOKENS if on_cpu else GPU_BATCH_TOKENS,
+        # Not measured on a GPU: a pass as dear as the budget keeps passes as few as before.
+        pass_cost_tokens=PASS_COST_TOKENS[backend] if on_cpu else GPU_BATCH_TOKENS,
         backend=backend,
         runner=runner,
     )

@@ -8,13 +8,14 @@ import torch
 
 from models.encoder import (
     CPU_BATCH_TOKENS,
-    CPU_PASS_COST_TOKENS,
     Encoder,
     default_model_path,
     load_encoder,
     pick_device,
     token_budget_slices,
 )
+
+PASS_COST = 64  # tokens' worth of work per forward pass
 
 
 def test_default_model_comes_from_the_installed_package(encoder: Encoder) -> None:
@@ -42,7 +43,9 @@ def test_length_sorted_batching_keeps_input_order(encoder: Encoder) -> None:
 
 def test_token_budget_slices_sort_by_length_and_keep_both_budgets() -> None:
     counts = [5, 300, 1, 40, 40, 7, 2, 90, 12, 3]
-    slices = token_budget_slices(counts, max_tokens=256, max_batch_size=3, max_batch_tokens=100)
+    slices = token_budget_slices(
+        counts, max_tokens=256, max_batch_size=3, max_batch_tokens=100, pass_cost=PASS_COST
+    )
     flat = [i for piece in slices for i in piece]
     assert sorted(flat) == list(range(len(counts)))
     assert [counts[i] for i in flat] == sorted(counts)
@@ -53,7 +56,7 @@ def test_token_budget_slices_sort_by_length_and_keep_both_budgets() -> None:
 
 
 def _passes_cost(lengths: list[int]) -> int:
-    return CPU_PASS_COST_TOKENS + len(lengths) * max(lengths)
+    return PASS_COST + len(lengths) * max(lengths)
 
 
 def test_token_budget_slices_are_the_cheapest_cut_of_the_sorted_texts() -> None:
@@ -63,7 +66,7 @@ def test_token_budget_slices_are_the_cheapest_cut_of_the_sorted_texts() -> None:
         lengths = sorted(min(c, 256) for c in counts)
         got = sum(
             _passes_cost([min(counts[i], 256) for i in piece])
-            for piece in token_budget_slices(counts, 256, 4, 400)
+            for piece in token_budget_slices(counts, 256, 4, 400, PASS_COST)
         )
         # Every way of cutting the sorted lengths into runs that keep both budgets.
         best = None
@@ -83,10 +86,10 @@ def test_token_budget_slices_are_the_cheapest_cut_of_the_sorted_texts() -> None:
 
 def test_a_long_text_gets_its_own_pass_only_when_that_saves_padding() -> None:
     short_and_one_long = [5] * 15 + [200]
-    slices = token_budget_slices(short_and_one_long, 256, 16, 16 * 256)
+    slices = token_budget_slices(short_and_one_long, 256, 16, 16 * 256, PASS_COST)
     assert [len(piece) for piece in slices] == [15, 1]
     alike = [20, 21, 22, 23]  # padding a few tokens costs less than another pass
-    assert len(token_budget_slices(alike, 256, 16, 16 * 256)) == 1
+    assert len(token_budget_slices(alike, 256, 16, 16 * 256, PASS_COST)) == 1
     # A pass as dear as the whole budget (the GPU's default): as few passes as the budgets allow.
     assert len(token_budget_slices(short_and_one_long, 256, 16, 16 * 256, 16 * 256)) == 1
 

@@ -49,15 +49,17 @@ REQUIRES: dict[Backend, tuple[str, ...]] = {
     Backend.OPENVINO: ("openvino",),
 }
 # What one forward pass costs on a CPU beyond its padded tokens, in tokens' worth of work
-# (token_budget_slices in models/encoder.py). Timed on an AMX Xeon, 2 threads, from passes of
-# 8 to 1,024 tokens: torch fp32 6.8 ms a pass plus 100-120 us a token, bf16 autocast 10.5 ms
-# plus 35-50 us, ONNX Runtime 1.2-1.5 ms plus 80-105 us, OpenVINO 1.7-1.9 ms plus 25-28 us.
+# (token_budget_slices in models/encoder.py). Chosen among 16, 64, 256 and 1,024 by timing each
+# backend on batches of 16 and 64 short and long texts, the costs alternating in one process
+# (AMX Xeon, 2 threads). ONNX Runtime does best with small passes; OpenVINO and bf16 autocast
+# with the fewest, as their passes cost more the more shapes they see: a 1,024 cost is the
+# whole default budget.
 PASS_COST_TOKENS: dict[Backend, int] = {
     Backend.TORCH: 64,
-    Backend.TORCH_BF16: 256,
+    Backend.TORCH_BF16: 1024,
     Backend.ONNX: 16,
     Backend.ONNX_INT8: 16,
-    Backend.OPENVINO: 64,
+    Backend.OPENVINO: 1024,
 }
 _GRAPH_FILE = {
     Backend.ONNX: "model.onnx",

@@ -108,6 +108,11 @@ class _OnnxRunner:
 
 
 class _OpenVinoRunner:
+    # In bf16 the CPU plugin multiplies tiles of 16 rows (AMX): on an AMX Xeon, texts padded to
+    # a multiple of 16 tokens ran 7-12 % faster one at a time and in batches of long texts, and
+    # alike in batches of short ones (alternating in one process). Padding is masked out.
+    BF16_LENGTH_MULTIPLE = 16
+
     def __init__(self, path: Path, threads: int | None) -> None:
         import openvino as ov
 
@@ -116,16 +121,16 @@ class _OpenVinoRunner:
             config["INFERENCE_NUM_THREADS"] = threads
         self.compiled = ov.Core().compile_model(str(path), "CPU", config)
         self.inputs = [port.get_any_name() for port in self.compiled.inputs]
+        bf16 = self.compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.bf16
+        self.length_multiple = self.BF16_LENGTH_MULTIPLE if bf16 else 1
         # compiled_model(...) reuses one infer request, which is not safe across threads.
         self._lock = threading.Lock()
 
-    @property
-    def precision(self) -> str:
-        return str(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
-
     def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
+        pad = -features["input_ids"].shape[1] % self.length_multiple
+        inputs = {name: np.pad(features[name], ((0, 0), (0, pad))) for name in self.inputs}
         with self._lock:
-            result = self.compiled({name: features[name] for name in self.inputs})
+            result = self.compiled(inputs)
             return np.array(result[0], copy=True)
 
 

@@ -10,7 +10,14 @@ import torch
 from core.backend_choice import dev_parity_set
 from core.settings import DATA_DIR, Settings
 from models.anchors import build_anchor_set
-from models.backends import EXPORTED, VARIANT_JSON, Backend, available, build_variant
+from models.backends import (
+    EXPORTED,
+    VARIANT_JSON,
+    Backend,
+    available,
+    build_variant,
+    tensor_features,
+)
 from models.encoder import Encoder, load_encoder
 from models.parity import COSINE_FLOOR, SPEARMAN_TOLERANCE, ParitySet, check_parity, embed
 
@@ -135,3 +142,20 @@ def test_caches_are_keyed_by_backend(encoder: Encoder, variants: Path, tmp_path:
     build_anchor_set(other, texts, tmp_path)
     files = sorted(p.name for p in (tmp_path / "anchors").iterdir())
     assert len(files) == 2 and files[0][:16] != files[1][:16]
+
+
+def test_openvino_padding_to_its_tile_rows_leaves_embeddings_alone(
+    encoder: Encoder, variants: Path
+) -> None:
+    runner = _load(Backend.OPENVINO, variants).runner
+    assert runner is not None
+    features = {
+        name: value.numpy()
+        for name, value in tensor_features(encoder.model, ["a cat", "a longer sentence"]).items()
+    }
+    assert features["input_ids"].shape[1] % 16 != 0
+    outputs = []
+    for multiple in (1, 16):
+        runner.length_multiple = multiple  # type: ignore[attr-defined]
+        outputs.append(runner(features))  # (2, dim)
+    np.testing.assert_allclose(outputs[1], outputs[0], atol=2e-3)

@@ -26,7 +26,7 @@ def bearer_matches(credentials: HTTPAuthorizationCredentials | None, secret: Sec
     return hmac.compare_digest(credentials.credentials.encode(), secret.get_secret_value().encode())
 
 
-def require_api_key(
+async def require_api_key(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)],
 ) -> None:

@@ -36,22 +36,22 @@ class Services:
     readiness: list[ReadinessCheck] = field(default_factory=list)
 
 
-def get_services(request: Request) -> Services:
+async def get_services(request: Request) -> Services:
     return request.app.state.services
 
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-def get_settings_dep(services: ServicesDep) -> Settings:
+async def get_settings_dep(services: ServicesDep) -> Settings:
     return services.settings
 
 
-def get_batcher(services: ServicesDep) -> Batcher:
+async def get_batcher(services: ServicesDep) -> Batcher:
     return services.batcher
 
 
-def current_engine(request: Request, services: ServicesDep) -> Engine:
+async def current_engine(request: Request, services: ServicesDep) -> Engine:
     engine = services.holder.current
     if engine is None:
         raise NotReadyError(services.holder.load_error or NotReadyError().message)

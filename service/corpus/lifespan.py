@@ -68,7 +68,7 @@ async def corpus_component(app: FastAPI, services: Services) -> AsyncIterator[No
         embedder.close()
 
 
-def get_corpus(request: Request) -> Corpus:
+async def get_corpus(request: Request) -> Corpus:
     corpus = getattr(request.app.state, "corpus", None)
     if corpus is None:
         raise NotReadyError("the document store is not configured in this app")

@@ -73,7 +73,7 @@ admin_scheme = HTTPBearer(auto_error=False, description="RANKSERVE_ADMIN_TOKEN")
 JOB_ID_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 
 
-def require_admin(
+async def require_admin(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(admin_scheme)],
 ) -> None:
@@ -87,7 +87,7 @@ def require_admin(
         raise UnauthorizedError("a valid admin token is required (Authorization: Bearer)")
 
 
-def get_operations(request: Request) -> Operations:
+async def get_operations(request: Request) -> Operations:
     operations = getattr(request.app.state, "operations", None)
     if operations is None:
         raise NotReadyError("the admin API is not configured in this app")

@@ -15,7 +15,7 @@ reach the top_k (models/rescoring.py), and an approximate one scores candidates 
 rows. A search uses the store only under the anchors it was built for (`anchors_key`).
 `bench/search.py` measures the paths.
 
-Index kinds and the GPU copy: models/index_config.py.
+The faiss index itself, flat or IVF, with its GPU copy: models/faiss_vectors.py.
 
 Metadata filters (models/metadata_filter.py: Qdrant's must/should/must_not, match, range,
 is_null, is_empty; or a flat equality object) are evaluated on posting lists into the set of
@@ -27,11 +27,10 @@ filter never shortens the result below min(top_k, number of matching documents).
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 
-import faiss
 import numpy as np
 import torch
 
-from models.faiss_gpu import GpuMirror, gpu_available, one_faiss_thread
+from models.faiss_vectors import FaissVectors
 from models.index_config import IndexConfig, IndexKind
 from models.metadata_filter import Metadata, Where, as_filter
 from models.metadata_filter import Scalar as Scalar  # re-exported: core/documents.py uses it
@@ -55,10 +54,8 @@ class SearchIndex:
         self.dim = dim
         self.config = config or IndexConfig()
         self._lock = threading.Lock()
-        self._index: faiss.Index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
-        self._is_ivf = False
+        self._vectors = FaissVectors(dim, self.config)
         self._terms = MetadataPostings()  # every stored id, and the filters' posting lists
-        self._gpu = GpuMirror() if self.config.use_gpu and gpu_available() else None
         self._ranks: RankStore | None = None  # quantised document ranks, when attached
         self._writes = 0  # upserts and removals so far: a search between two locks checks it
 
@@ -71,11 +68,11 @@ class SearchIndex:
     @property
     def kind(self) -> IndexKind:
         """What answers candidate searches now ("flat" until an "ivf" index is trained)."""
-        return "ivf" if self._is_ivf else "flat"
+        return self._vectors.kind
 
     @property
     def on_gpu(self) -> bool:
-        return self._gpu is not None
+        return self._vectors.on_gpu
 
     @property
     def rank_store(self) -> RankStore | None:
@@ -105,7 +102,7 @@ class SearchIndex:
                 return None
             todo = np.array([i for i in ids.tolist() if i in self._terms and i not in store])
             todo = todo.astype(np.int64)  # (n,)
-            vectors = self._reconstruct_locked(todo)  # (n, dim)
+            vectors = self._vectors.reconstruct(todo)  # (n, dim)
         codes = store.encode_embeddings(vectors)  # (n, row_bytes)
         with self._lock:
             if self._ranks is not store:
@@ -113,7 +110,7 @@ class SearchIndex:
             keep = np.array([i in self._terms and i not in store for i in todo.tolist()], bool)
             unchanged = np.zeros(len(todo), dtype=bool)
             if keep.any():
-                current = self._reconstruct_locked(todo[keep])  # (k, dim)
+                current = self._vectors.reconstruct(todo[keep])  # (k, dim)
                 unchanged[keep] = (current == vectors[keep]).all(axis=1)
             return store.put(todo[unchanged], codes[unchanged])
 
@@ -141,31 +138,28 @@ class SearchIndex:
         with self._lock:
             self._writes += 1
             self._remove_locked(id_array)
-            self._index.add_with_ids(vectors, id_array)
+            self._vectors.add(id_array, vectors)
             if self._ranks is not None:
                 if self._ranks is not store or codes is None:  # a store attached meanwhile
                     codes = self._ranks.encode_embeddings(vectors)
                 self._ranks.put(id_array, codes)
             for doc_id, meta in zip(id_array.tolist(), metas, strict=True):
                 self._terms.add(doc_id, meta)
-            if self.config.kind == "ivf" and not self._is_ivf:
-                self._maybe_train_ivf_locked()
-            self._invalidate_gpu()
+            ivf_due = self.config.kind == "ivf" and self._vectors.kind == "flat"
+            if ivf_due and len(self._terms) >= self.config.ivf_train_size:
+                self._vectors.train_ivf(self._all_ids_locked())
 
     def remove(self, ids: Iterable[int]) -> int:
         """Remove documents by id; unknown ids are ignored. Returns how many were removed."""
         id_array = np.unique(np.fromiter(ids, dtype=np.int64))
         with self._lock:
             self._writes += 1
-            removed = self._remove_locked(id_array)
-            if removed:
-                self._invalidate_gpu()
-            return removed
+            return self._remove_locked(id_array)
 
     def embeddings(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """Stored embeddings (n, dim) of known ids."""
         with self._lock:
-            return self._reconstruct_locked(np.asarray(ids, dtype=np.int64))
+            return self._vectors.reconstruct(np.asarray(ids, dtype=np.int64))
 
     def candidates(
         self, query: np.ndarray | torch.Tensor, k: int, where: Where = None
@@ -200,7 +194,7 @@ class SearchIndex:
         if store is None or anchors_key is None or store.anchors_key != anchors_key:
             with self._lock:
                 ids, _ = self._candidates_locked(query_np, k, where)
-                vectors = self._reconstruct_locked(ids)  # (k, dim)
+                vectors = self._vectors.reconstruct(ids)  # (k, dim)
             return rescore(
                 query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k, exact=exact
             )
@@ -214,7 +208,7 @@ class SearchIndex:
         with self._lock:
             if self._writes != writes:  # candidates removed meanwhile are dropped
                 ids = np.array([i for i in ids.tolist() if i in self._terms], dtype=np.int64)
-            vectors = self._reconstruct_locked(ids)  # (k, dim)
+            vectors = self._vectors.reconstruct(ids)  # (k, dim)
             stored = None
             store = self._ranks  # replaced meanwhile by a store for other anchors: unused
             if store is not None and store.anchors_key == anchors_key:
@@ -254,7 +248,7 @@ class SearchIndex:
                     # Documents removed since the snapshot of ids are skipped.
                     chunk = [i for i in pool[start : start + _SCAN_CHUNK].tolist() if i in self]
                     ids = np.array(chunk, dtype=np.int64)  # (c,)
-                    yield ids, self._reconstruct_locked(ids)  # (c, dim)
+                    yield ids, self._vectors.reconstruct(ids)  # (c, dim)
 
         return rescore_chunks(query, anchors, chunks(), lambda_inf=lambda_inf, top_k=top_k)
 
@@ -273,68 +267,21 @@ class SearchIndex:
         if allowed is not None and len(allowed) <= k:
             # Every allowed document is a candidate: nothing to search.
             pool = _id_array(allowed)
-            scores = self._reconstruct_locked(pool) @ query[0]  # (k,)
+            scores = self._vectors.reconstruct(pool) @ query[0]  # (k,)
             order = np.lexsort((pool, -scores))
             return pool[order], scores[order]
-        if allowed is None and self._gpu is not None:
-            scores, labels = self._gpu.search(self._index, query, k)
-            if (labels[0] >= 0).sum() == k:
-                return labels[0].astype(np.int64), scores[0]
-        nprobe = self.config.nprobe
-        while True:
-            with one_faiss_thread():
-                scores, labels = self._index.search(
-                    query, k, params=self._search_params(allowed, nprobe)
-                )
-            found = labels[0] >= 0
-            # An IVF whose probed lists hold fewer than k (allowed) documents probes more lists;
-            # at nprobe = nlist it has seen every document, so the list is then complete.
-            if found.sum() == k or not self._is_ivf or nprobe >= self.config.nlist:
-                return labels[0][found].astype(np.int64), scores[0][found]
-            nprobe = min(self.config.nlist, nprobe * 4)
-
-    def _search_params(
-        self, allowed: set[int] | None, nprobe: int
-    ) -> faiss.SearchParameters | None:
-        selector = None if allowed is None else faiss.IDSelectorBatch(_id_array(allowed))
-        if self._is_ivf:
-            return faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
-        return None if selector is None else faiss.SearchParameters(sel=selector)
-
-    def _reconstruct_locked(self, ids: np.ndarray) -> np.ndarray:
-        if len(ids) == 0:
-            return np.empty((0, self.dim), dtype=np.float32)
-        return self._index.reconstruct_batch(ids)  # (n, dim)
+        return self._vectors.search(query, k, None if allowed is None else _id_array(allowed))
 
     def _remove_locked(self, ids: np.ndarray) -> int:
         present = np.array([i for i in ids.tolist() if i in self._terms], dtype=np.int64)
         if len(present) == 0:
             return 0
-        # IDSelectorArray lets the IVF hash-table direct map remove by lookup, not by a scan.
-        self._index.remove_ids(faiss.IDSelectorArray(present))
+        self._vectors.remove(present)
         if self._ranks is not None:
             self._ranks.remove(present)
         for doc_id in present.tolist():
             self._terms.discard(doc_id)
         return len(present)
-
-    def _maybe_train_ivf_locked(self) -> None:
-        if len(self._terms) < self.config.ivf_train_size:
-            return
-        ids = self._all_ids_locked()
-        vectors = self._reconstruct_locked(ids)  # (n, dim)
-        quantizer = faiss.IndexFlatIP(self.dim)
-        ivf = faiss.IndexIVFFlat(quantizer, self.dim, self.config.nlist, faiss.METRIC_INNER_PRODUCT)
-        ivf.train(vectors)
-        ivf.set_direct_map_type(faiss.DirectMap.Hashtable)
-        ivf.add_with_ids(vectors, ids)
-        ivf.nprobe = self.config.nprobe
-        self._index = ivf
-        self._is_ivf = True
-
-    def _invalidate_gpu(self) -> None:
-        if self._gpu is not None:
-            self._gpu.invalidate()
 
 
 def _id_array(ids: set[int]) -> np.ndarray:

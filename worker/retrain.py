@@ -27,79 +27,38 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from redis import Redis
 from rq import get_current_job
 
 from core.backend_choice import build_variants, encoder_for
 from core.bundle_manifest import ENCODER_DIR
-from core.documents import AnchorRecord, DocumentStore, StoredDocument
-from core.embedding_cache import EmbeddingCache
 from core.jobs import DEFAULT_RECIPE, RetrainRequest, parse_request
 from core.loading import (
     base_version,
-    settings_anchors,
     settings_bundle,
     settings_dev_setup,
     settings_encoder,
 )
-from core.redis_clients import async_redis, sync_redis
+from core.redis_clients import sync_redis
 from core.redis_keys import RedisKeys
 from core.registry import BundleStore
 from core.settings import Settings, get_settings
 from core.store_types import CorpusSnapshot
 from core.stores import open_store
 from core.versions import activate, active_version
-from models.anchors import AnchorSet, build_anchor_set
 from models.backends import Backend
 from models.checksums import sha256_directory
-from models.encoder import Encoder, default_model_path
+from models.encoder import default_model_path
 from models.training.dev_eval import dev_predictions
 from models.training.methods import Method, method_spec
 from models.training.trainer import ResumeMismatchError, TrainResult, train
+from worker.bundle_corpus import embed_documents, read_documents, serving_anchors
 from worker.gate import gate
 from worker.progress import ProgressReporter
 from worker.report import write_report
 from worker.training_text import TextSource, TrainingText, resolve_source, training_text
 
 _PROMOTION_ATTEMPTS = 5
-
-
-def serving_anchors(settings: Settings, encoder: Encoder, texts: list[str] | None) -> AnchorSet:
-    """The anchor matrix a replica would build for `encoder`: from `texts` when the anchors
-    are sampled documents (anchor_source "documents"), else from the anchor corpus file."""
-    if texts is not None:
-        return build_anchor_set(encoder, texts, settings.cache_dir)
-    return settings_anchors(settings, encoder)
-
-
-async def _read_documents(
-    settings: Settings, keys: RedisKeys
-) -> tuple[int, list[StoredDocument], AnchorRecord | None]:
-    client = async_redis(settings, decode_responses=True)
-    try:
-        store = DocumentStore(client, keys)
-        # The revision before the scan: every change after it is replayed by the loader, so
-        # a document the scan saw in a newer state is only re-embedded, never lost.
-        revision = await store.revision()
-        documents = [doc async for page in store.scan() for doc in page]
-        record = None
-        if settings.anchor_source == "documents":
-            record = await store.anchor_record(
-                settings.anchor_count or 0, settings.anchor_seed or 0
-            )
-        return revision, documents, record
-    finally:
-        await client.aclose()
-
-
-def embed_documents(settings: Settings, encoder: Encoder, texts: list[str]) -> np.ndarray:
-    """(n, dim) embeddings, through the replicas' on-disk embedding cache."""
-    cache = EmbeddingCache.for_encoder(settings.cache.embeddings, encoder)
-    try:
-        return cache.read_through(texts, lambda missing: encoder.encode(missing).cpu().numpy())
-    finally:
-        cache.close()
 
 
 def _training_text(
@@ -112,7 +71,7 @@ def _training_text(
     """The job's text: worker/training_text.py decides between documents and general text."""
     revision, documents, source = 0, [], TextSource.GENERAL
     if not supervised:
-        revision, stored, _ = asyncio.run(_read_documents(settings, keys))
+        revision, stored, _ = asyncio.run(read_documents(settings, keys))
         documents = [doc.text for doc in stored]
         source = resolve_source(
             TextSource(request.text), len(set(documents)), settings.retrain_min_documents
@@ -246,7 +205,7 @@ def _retrain(
     variants = build_variants(settings, out_dir, variants_dir)
     student = settings_encoder(settings, out_dir, variants)
     student.name = student_name(store, parent, parsed)
-    revision, documents, record = asyncio.run(_read_documents(settings, keys))
+    revision, documents, record = asyncio.run(read_documents(settings, keys))
     anchors = serving_anchors(settings, student, record.texts if record else None)
     corpus = CorpusSnapshot(
         revision=revision,

@@ -21,7 +21,7 @@ def serving_anchors(settings: Settings, encoder: Encoder, texts: list[str] | Non
     return settings_anchors(settings, encoder)
 
 
-async def read_documents(
+async def scan_documents(
     settings: Settings, keys: RedisKeys
 ) -> tuple[int, list[StoredDocument], AnchorRecord | None]:
     client = async_redis(settings, decode_responses=True)

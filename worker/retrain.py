@@ -52,7 +52,7 @@ from models.encoder import default_model_path
 from models.training.dev_eval import dev_predictions
 from models.training.methods import Method, method_spec
 from models.training.trainer import ResumeMismatchError, TrainResult, train
-from worker.bundle_corpus import embed_documents, read_documents, serving_anchors
+from worker.bundle_corpus import embed_documents, scan_documents, serving_anchors
 from worker.gate import gate
 from worker.progress import ProgressReporter
 from worker.report import write_report
@@ -71,7 +71,7 @@ def _training_text(
     """The job's text: worker/training_text.py decides between documents and general text."""
     revision, documents, source = 0, [], TextSource.GENERAL
     if not supervised:
-        revision, stored, _ = asyncio.run(read_documents(settings, keys))
+        revision, stored, _ = asyncio.run(scan_documents(settings, keys))
         documents = [doc.text for doc in stored]
         source = resolve_source(
             TextSource(request.text), len(set(documents)), settings.retrain_min_documents
@@ -205,7 +205,7 @@ def _retrain(
     variants = build_variants(settings, out_dir, variants_dir)
     student = settings_encoder(settings, out_dir, variants)
     student.name = student_name(store, parent, parsed)
-    revision, documents, record = asyncio.run(read_documents(settings, keys))
+    revision, documents, record = asyncio.run(scan_documents(settings, keys))
     anchors = serving_anchors(settings, student, record.texts if record else None)
     corpus = CorpusSnapshot(
         revision=revision,

@@ -6,7 +6,8 @@ consecutive sentences, truncated at the model's maximum) at batch sizes 1, 16 an
 (threads, input, batch) group the rows run back to back, so each row's speed-up is against a
 baseline measured moments before: torch fp32 encoding each batch in one forward pass, as the
 encoder did before it cut batches by padded tokens (`--batch-tokens`, default the settings'
-RANKSERVE_MAX_BATCH_TOKENS); every backend row, torch fp32 included, then runs with the budget.
+RANKSERVE_MAX_BATCH_TOKENS); every backend row, torch fp32 included, then runs with the budget
+and its backend's pass cost (models/backends.py PASS_COST_TOKENS).
 Before the speed rows, each backend's parity with torch fp32 on the dev sets
 (models/parity.py): what `auto` requires of it.
 

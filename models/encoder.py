@@ -138,38 +138,45 @@ class Encoder:
         """L2-normalised float32 embeddings on the encoder's device, in the caller's order.
 
         The texts are sorted by token count (`token_counts`, when the caller has them, saves
-        tokenising twice) and cut into passes of at most batch_size texts and batch_tokens
-        padded tokens.
+        tokenising twice) and cut into the cheapest forward passes of at most batch_size texts
+        and batch_tokens padded tokens (token_budget_slices).
         """
         if not texts:
             return torch.empty((0, self.dim), dtype=torch.float32, device=self.device)
-        size = batch_size or self.batch_size
         if len(texts) == 1:
-            return self._encode_passes(texts, size, progress)
+            return self._encode_pass(texts)
         counts = token_counts if token_counts is not None else self.token_counts(texts)
         slices = token_budget_slices(
-            counts, self.max_seq_length, size, self.batch_tokens, self.pass_cost_tokens
+            counts,
+            self.max_seq_length,
+            batch_size or self.batch_size,
+            self.batch_tokens,
+            self.pass_cost_tokens,
         )
         if len(slices) == 1:
-            return self._encode_passes(texts, size, progress)
+            return self._encode_pass(texts)
         out = torch.empty((len(texts), self.dim), dtype=torch.float32, device=self.device)
         with tqdm(total=len(texts), desc="Encoding", disable=not progress) as bar:
             for indices in slices:
-                part = self._encode_passes([texts[i] for i in indices], len(indices), False)
-                out[torch.tensor(indices, device=self.device)] = part  # (len(indices), dim)
+                part = self._encode_pass([texts[i] for i in indices])  # (len(indices), dim)
+                out[torch.tensor(indices, device=self.device)] = part
                 bar.update(len(indices))
         return out
 
-    def _encode_passes(self, texts: list[str], size: int, progress: bool) -> torch.Tensor:
+    def _encode_pass(self, texts: list[str]) -> torch.Tensor:
+        """One forward pass over `texts`, padded to the longest: (n, dim), unit rows."""
         if self.runner is not None:
-            return self._encode_exported(self.runner, texts, size)
+            features = tensor_features(self.model, texts)
+            out = self.runner({name: value.numpy() for name, value in features.items()})
+            embeddings = torch.from_numpy(out.astype(np.float32, copy=False))  # (n, dim)
+            return torch.nn.functional.normalize(embeddings, dim=-1).to(self.device)
         with self._autocast():
             embeddings = self.model.encode(
                 texts,
-                batch_size=size,
+                batch_size=len(texts),
                 convert_to_tensor=True,
                 normalize_embeddings=True,
-                show_progress_bar=progress,
+                show_progress_bar=False,
             )  # (n, dim)
         embeddings = embeddings.to(device=self.device, dtype=torch.float32)
         if self.backend == Backend.TORCH_BF16:
@@ -181,21 +188,6 @@ class Encoder:
         if self.backend != Backend.TORCH_BF16:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=torch.bfloat16)
-
-    def _encode_exported(self, runner: Runner, texts: list[str], batch_size: int) -> torch.Tensor:
-        """As sentence-transformers does: longest texts first (less padding per batch), the
-        caller's order restored at the end."""
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        parts = []
-        for start in range(0, len(order), batch_size):
-            batch = [texts[i] for i in order[start : start + batch_size]]
-            features = tensor_features(self.model, batch)
-            parts.append(runner({name: value.numpy() for name, value in features.items()}))
-        stacked = np.concatenate(parts).astype(np.float32, copy=False)  # (n, dim), sorted order
-        embeddings = np.empty_like(stacked)
-        embeddings[order] = stacked
-        out = torch.from_numpy(embeddings)
-        return torch.nn.functional.normalize(out, dim=-1).to(self.device)
 
     def token_counts(self, texts: list[str]) -> list[int]:
         """Tokens per text as the model's tokenizer counts them, before truncation."""

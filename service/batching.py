@@ -4,8 +4,8 @@ A collector task waits for the first pending request, gives others up to `max_wa
 join (skipped once `max_batch_size` texts are waiting), then hands every request of the
 same engine, up to `max_batch_size` texts, to the worker. While the worker computes, new
 requests queue; when it finishes they have already waited, so the next batch leaves at once.
-The worker tokenises; the encoder sorts the texts by token count (less padding) and runs one
-forward pass per slice that fits both the size and its padded-token budget.
+The worker tokenises; the encoder sorts the texts by token count (less padding) and cuts them
+into the cheapest forward passes within the size and its padded-token budget.
 
 One worker thread only: torch already spreads a forward pass over the cores, and one queue
 keeps the order of work under load predictable. The queue is bounded in texts; a request
@@ -178,7 +178,7 @@ class Batcher:
             start = stop
 
     def _encode(self, engine: Engine, texts: list[str]) -> Encoded:
-        """Worker thread: tokenise, sort by length, one forward pass per budgeted slice."""
+        """Worker thread: tokenise; the encoder cuts the cheapest forward passes."""
         start = time.perf_counter()
         encoder = engine.encoder
         counts = encoder.token_counts(texts)

@@ -108,13 +108,13 @@ def test_a_token_budget_cuts_passes_and_keeps_order_and_embeddings(
     one_pass = encoder.encode(texts)  # one pass: 5 short texts are far below it
     budgeted = dataclasses.replace(encoder, batch_tokens=24)
     passes: list[list[str]] = []
-    run = budgeted._encode_passes
+    run = budgeted._encode_pass
 
-    def recorded(part: list[str], size: int, progress: bool) -> torch.Tensor:
+    def recorded(part: list[str]) -> torch.Tensor:
         passes.append(part)
-        return run(part, size, progress)
+        return run(part)
 
-    monkeypatch.setattr(budgeted, "_encode_passes", recorded)
+    monkeypatch.setattr(budgeted, "_encode_pass", recorded)
     torch.testing.assert_close(budgeted.encode(texts), one_pass, atol=1e-5, rtol=0)
     counts = dict(zip(texts, encoder.token_counts(texts), strict=True))
     assert len(passes) > 1

@@ -31,10 +31,8 @@ Encoding the query is not included (see bench.scoring).
 
 import argparse
 import os
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -132,18 +130,17 @@ def main() -> None:
     queries = clustered_unit_vectors(args.queries, rng, centres)  # (q, dim)
     row(*COLUMNS)
     row(*["---"] * len(COLUMNS))
-    with tempfile.TemporaryDirectory(prefix="bench-ranks-") as rank_dir:
-        for n in args.sizes:
-            # The documents, one index at a time (vectors plus ids and maps), and a margin.
-            needed = n * DIM * 4 * 2.2 / MB + 256
-            if not budget.allows(needed):
-                say(f"skipped N={n:,}: needs about {needed:,.0f} MB, "
-                    f"{budget.headroom_mb():,.0f} MB left in the budget")  # fmt: skip
-                continue
-            docs = clustered_unit_vectors(n, rng, centres)
-            measure_size(n, docs, anchors, queries, args, budget, Path(rank_dir))
-            del docs
-            settle()
+    for n in args.sizes:
+        # The documents, one index at a time (vectors plus ids and maps), and a margin.
+        needed = n * DIM * 4 * 2.2 / MB + 256
+        if not budget.allows(needed):
+            say(f"skipped N={n:,}: needs about {needed:,.0f} MB, "
+                f"{budget.headroom_mb():,.0f} MB left in the budget")  # fmt: skip
+            continue
+        docs = clustered_unit_vectors(n, rng, centres)
+        measure_size(n, docs, anchors, queries, args, budget)
+        del docs
+        settle()
     say(f"load average at end: {os.getloadavg()}")
 
 
@@ -154,11 +151,10 @@ def measure_size(
     queries: np.ndarray,
     args: argparse.Namespace,
     budget: Budget,
-    rank_dir: Path,
 ) -> None:
     # faiss guidance: about 4 sqrt(N) lists, and at least 39 training vectors per list.
     nlist = max(16, min(1024, int(4 * np.sqrt(n)), n // 39) // 16 * 16)
-    store = RankStore(anchors, KEY, args.bits, rank_dir, budget_bytes=2**62)
+    store = RankStore(anchors, KEY, args.bits, budget_bytes=2**62)
     store_mb = n * store.codec.row_bytes / MB
     # The whole store beside one index (vectors, ids, maps) and a margin, or only query rows.
     full_store = budget.allows(store_mb + n * DIM * 4 * 1.2 / MB + 256)

@@ -33,12 +33,6 @@ class CachePaths:
         return self.root / "backend-choices"
 
     @property
-    def rank_stores(self) -> Path:
-        """Where precomputed document ranks are memory-mapped: models/rank_store.py. Its files
-        have no name (O_TMPFILE), so the folder looks empty; `df` counts them."""
-        return self.root / "ranks"
-
-    @property
     def teacher_embeddings(self) -> Path:
         """A teacher's embeddings of a training text: models/training/signals.py."""
         return self.root / "teacher-embeddings"

@@ -26,7 +26,6 @@ _BITS: dict[str, RankBits] = {"8bit": 8, "4bit": 4}
 class RankStoreSync:
     def __init__(self, settings: Settings) -> None:
         self.bits = _BITS.get(settings.precomputed_ranks)
-        self.directory = settings.cache.rank_stores
         self.budget_bytes = settings.precomputed_ranks_budget_mb * 2**20
         self._task: asyncio.Task[None] | None = None
 
@@ -42,9 +41,7 @@ class RankStoreSync:
         current = index.rank_store
         if current is not None and current.anchors_key == key:
             return
-        store = RankStore(
-            engine.anchors.embeddings, key, self.bits, self.directory, self.budget_bytes
-        )
+        store = RankStore(engine.anchors.embeddings, key, self.bits, self.budget_bytes)
         missing = await asyncio.to_thread(index.attach_rank_store, store)
         self.stop()
         self._task = asyncio.create_task(self._backfill(index, store, missing), name="ranks")
@@ -69,9 +66,9 @@ class RankStoreSync:
             logger.exception("rank store %s: backfill failed after %d documents", store.key, stored)
             return
         logger.info(
-            "rank store %s: %d documents in %.1f s, %d MB mapped",
+            "rank store %s: %d documents in %.1f s, %d MB of memory",
             store.key,
             stored,
             time.perf_counter() - start,
-            store.bytes_mapped // 2**20,
+            store.bytes_used // 2**20,
         )

@@ -207,15 +207,17 @@ def test_pdb_spread_service_ingress_and_monitor_point_at_the_api_pods():
     assert ingress["spec"]["tls"][0]["secretName"] == "search-tls"
 
 
-@pytest.mark.parametrize("index_gib", [0.25, 16.5, 40])
-def test_api_memory_allows_for_the_swap_peak(index_gib: float):
-    memory = {"baseGiB": 1.5, "modelGiB": 0.5, "indexGiB": index_gib}
-    api = one(render({"api": {"memory": memory}}), "Deployment", "-api")
-    resources = container(api)["resources"]
+@pytest.mark.parametrize(("index_gib", "store_gib"), [(0.25, 1), (16.5, 9.5), (40, 0.5)])
+def test_api_memory_allows_for_the_swap_peak(index_gib: float, store_gib: float):
+    memory = {"baseGiB": 1.5, "modelGiB": 0.5, "indexGiB": index_gib, "rankStoreGiB": store_gib}
+    documents = render({"api": {"memory": memory}})
+    resources = container(one(documents, "Deployment", "-api"))["resources"]
     request = bytes_of(resources["requests"]["memory"])
-    # Old and new engine and index side by side during a hot swap, plus the process itself.
-    assert request >= (1.5 + 2 * (0.5 + index_gib)) * GIB
-    assert request < (1.5 + 2 * (0.5 + index_gib)) * GIB + 1024**2  # rounded up to 1 MiB
+    # Old and new engine, index and rank store side by side during a hot swap, plus the process.
+    peak = (1.5 + 2 * (0.5 + index_gib + store_gib)) * GIB
+    assert peak <= request < peak + 1024**2  # rounded up to 1 MiB
+    config = one(documents, "ConfigMap")["data"]
+    assert config["RANKSERVE_PRECOMPUTED_RANKS_BUDGET_MB"] == str(int(store_gib * 1024))
     assert resources["limits"]["memory"] == resources["requests"]["memory"]
     assert resources["requests"]["cpu"] == "1"
 

@@ -69,12 +69,13 @@ app.kubernetes.io/managed-by: {{ $root.Release.Service }}
 {{- end -}}
 
 {{/*
-The API's memory: baseGiB + 2 x (modelGiB + indexGiB), in MiB rounded up. During a hot swap
-the old and the new engine and index live side by side (service/swap.py).
+The API's memory: baseGiB + 2 x (modelGiB + indexGiB + rankStoreGiB), in MiB rounded up.
+During a hot swap the old and the new engine, index and rank store live side by side
+(service/swap.py).
 */}}
 {{- define "rankserve.apiMemory" -}}
 {{- $m := .Values.api.memory -}}
-{{- $gib := addf $m.baseGiB (mulf 2 (addf $m.modelGiB $m.indexGiB)) -}}
+{{- $gib := addf $m.baseGiB (mulf 2 (addf $m.modelGiB $m.indexGiB $m.rankStoreGiB)) -}}
 {{- printf "%dMi" (int (ceil (mulf $gib 1024))) -}}
 {{- end -}}
 

@@ -22,8 +22,12 @@ rule out (models/rescoring.py).
 4-bit codes are packed two to a byte as columns k and k + ceil(M/2) (low and high nibble), so
 the dot product reads each byte once and needs no interleaving. The dot products run in a
 numba kernel, one thread, converting codes as it reads them, from the rows where they lie:
-about 0.06 ms for 100 candidates at M = 10k, where converting to float32 and calling a
-multi-threaded GEMV took 20 ms on two busy cores.
+about 0.06 ms for 100 candidates at M = 10k when the rows are in the cache, where converting
+to float32 and calling a multi-threaded GEMV took 20 ms on two busy cores. Rows that come
+from memory cost more than the arithmetic: a row of 10 KB is one sequential stream, and the
+prefetcher keeps only so many lines of one stream in flight. The kernel reads four rows side
+by side (four streams): 100 random rows of a 10 GB store took 0.11 ms against 0.22 ms one row
+after another (AMD EPYC Zen 4, a script alternating the two, load 0.8), with the same sums.
 """
 
 import functools
@@ -133,12 +137,27 @@ def expected_error(m: int, bits: RankBits) -> float:
 
 
 def _dot8_py(codes: np.ndarray, rows: np.ndarray, query: np.ndarray, centre: float) -> np.ndarray:
-    """(n,) sums over k of query[k] * (codes[rows[i], k] - centre)."""
+    """(n,) sums over k of query[k] * (codes[rows[i], k] - centre), four rows side by side
+    (module docstring)."""
     n = rows.shape[0]
     m = codes.shape[1]
     out = np.empty(n, dtype=np.float32)
     c = np.float32(centre)
-    for i in range(n):
+    grouped = n - n % 4
+    for i in range(0, grouped, 4):
+        r0, r1, r2, r3 = rows[i], rows[i + 1], rows[i + 2], rows[i + 3]
+        a0 = np.float32(0.0)
+        a1 = np.float32(0.0)
+        a2 = np.float32(0.0)
+        a3 = np.float32(0.0)
+        for k in range(m):
+            q = query[k]
+            a0 += (np.float32(codes[r0, k]) - c) * q
+            a1 += (np.float32(codes[r1, k]) - c) * q
+            a2 += (np.float32(codes[r2, k]) - c) * q
+            a3 += (np.float32(codes[r3, k]) - c) * q
+        out[i], out[i + 1], out[i + 2], out[i + 3] = a0, a1, a2, a3
+    for i in range(grouped, n):
         row = rows[i]
         acc = np.float32(0.0)
         for k in range(m):
@@ -155,7 +174,26 @@ def _dot4_py(
     half = codes.shape[1]
     out = np.empty(n, dtype=np.float32)
     c = np.float32(centre)
-    for i in range(n):
+    grouped = n - n % 4
+    for i in range(0, grouped, 4):
+        r0, r1, r2, r3 = rows[i], rows[i + 1], rows[i + 2], rows[i + 3]
+        a0 = np.float32(0.0)
+        a1 = np.float32(0.0)
+        a2 = np.float32(0.0)
+        a3 = np.float32(0.0)
+        for k in range(half):
+            lo = low[k]
+            hi = high[k]
+            b = codes[r0, k]
+            a0 += (np.float32(b & 15) - c) * lo + (np.float32(b >> 4) - c) * hi
+            b = codes[r1, k]
+            a1 += (np.float32(b & 15) - c) * lo + (np.float32(b >> 4) - c) * hi
+            b = codes[r2, k]
+            a2 += (np.float32(b & 15) - c) * lo + (np.float32(b >> 4) - c) * hi
+            b = codes[r3, k]
+            a3 += (np.float32(b & 15) - c) * lo + (np.float32(b >> 4) - c) * hi
+        out[i], out[i + 1], out[i + 2], out[i + 3] = a0, a1, a2, a3
+    for i in range(grouped, n):
         row = rows[i]
         acc = np.float32(0.0)
         for k in range(half):

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from core.settings import DATA_DIR
+from core.settings import DATA_DIR, Settings
 from models.anchors import AnchorSet
 from models.encoder import Encoder
 from models.index import IndexConfig, SearchIndex
@@ -259,3 +259,17 @@ def test_gpu_copy_is_refreshed_after_writes(monkeypatch: pytest.MonkeyPatch):
     after, _ = index.candidates(vectors[0], 3)
     assert len(copies) == 2 and int(first[0]) not in after.tolist()
     assert not SearchIndex(16, IndexConfig(use_gpu=False)).on_gpu
+
+
+def test_flat_searches_of_every_allowed_k_keep_their_best_in_a_heap() -> None:
+    defaults = Settings()
+    largest_k = defaults.max_search_candidates + defaults.max_search_offset
+    # Below this k faiss uses its heap, faster for one query than its reservoir (faiss_vectors).
+    assert faiss.cvar.distance_compute_min_k_reservoir > largest_k
+    index = SearchIndex(4, IndexConfig(kind="flat"))
+    vectors = np.random.default_rng(0).standard_normal((3000, 4)).astype(np.float32)
+    index.upsert(np.arange(3000), vectors)
+    ids, scores = index.candidates(vectors[0], 2000)
+    best = np.sort(vectors @ vectors[0])[::-1][:2000]
+    np.testing.assert_allclose(scores, best, atol=1e-5)
+    np.testing.assert_allclose(scores, vectors[ids] @ vectors[0], atol=1e-5)

@@ -39,6 +39,7 @@ import torch
 
 from bench.memory import MB, Budget, exact_rss_accounting, rss_bytes, settle
 from bench.timing import percentile, say
+from core.settings import Settings
 from models.index import IndexConfig, SearchIndex
 from models.ordinal_ranks import method
 from models.rank_store import RankStore
@@ -102,8 +103,9 @@ def main() -> None:
     parser.add_argument("--bits", type=int, choices=(8, 4), default=8)
     parser.add_argument("--threads", type=int, default=None, help="torch threads; default: own")
     parser.add_argument(
-        "--anchor-dtype", choices=("float32", "bfloat16"), default="float32",
-        help="how the anchor matrix is held (RANKSERVE_ANCHOR_DTYPE)",
+        "--anchor-dtype", choices=("float32", "bfloat16"),
+        default=Settings.model_fields["anchor_dtype"].default,
+        help="how the anchor matrix is held (RANKSERVE_ANCHOR_DTYPE; default: its default)",
     )  # fmt: skip
     parser.add_argument("--max-memory-mb", type=float, default=None)
     args = parser.parse_args()

@@ -30,9 +30,7 @@ class IndexStager(Protocol):
 
 
 class EngineSwitch:
-    def __init__(
-        self, holder: EngineHolder, metrics: Metrics, anchor_dtype: str = "float32"
-    ) -> None:
+    def __init__(self, holder: EngineHolder, metrics: Metrics, anchor_dtype: str) -> None:
         self.holder = holder
         self.metrics = metrics
         # How every engine it installs holds its anchors (RANKSERVE_ANCHOR_DTYPE).

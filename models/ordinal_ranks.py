@@ -29,29 +29,32 @@ _MASK = _BUCKETS - 1
 
 
 def _radix_ranks_into(values: np.ndarray, out: np.ndarray, scale: float, shift: float) -> None:
-    """values (rows, m) float32, out (rows, m) float32; compiled by numba when it is present."""
+    """values (rows, m) float32, out (rows, m) float32; compiled by numba when it is present.
+
+    Each key travels with its column in one uint64 (key << 32 | column), so a pass scatters one
+    array, not two: 15-25 % faster than two uint32 arrays, from 11 x 10k to 16 x 100k cosines
+    (AMD EPYC Zen 4, a script alternating the two, load 0.3-0.8), the same ranks. Digits of 8
+    bits (four passes) were slower at both sizes.
+    """
     rows, m = values.shape
-    keys = np.empty(m, dtype=np.uint32)  # (m,) order-preserving integer keys of one row
-    keys_b = np.empty(m, dtype=np.uint32)  # (m,) the other buffer of each scatter pass
-    order = np.empty(m, dtype=np.int32)  # (m,) column indices, sorted by the passes so far
-    order_b = np.empty(m, dtype=np.int32)
-    counts = np.empty((3, _BUCKETS), dtype=np.int64)  # one histogram per 11-bit digit
+    items = np.empty(m, dtype=np.uint64)  # (m,) key << 32 | column, sorted by the passes so far
+    items_b = np.empty(m, dtype=np.uint64)  # (m,) the other buffer of each scatter pass
+    counts = np.empty((3, _BUCKETS), dtype=np.int32)  # one histogram per 11-bit digit
+    low = np.uint64(0xFFFFFFFF)
     for r in range(rows):
         bits = values[r].view(np.uint32)  # (m,)
         counts[:] = 0
         for k in range(m):
-            b = np.int64(bits[k])
+            b = np.uint64(bits[k])
             # IEEE order as unsigned order: negatives flip every bit, positives the sign bit.
-            key = (b ^ 0xFFFFFFFF) if b >= 0x80000000 else (b | 0x80000000)
-            if key == 0x7FFFFFFF:  # -0.0 is +0.0: equal floats must tie, kept in column order
-                key = 0x80000000
-            keys[k] = key
-            order[k] = k
-            counts[0, key & _MASK] += 1
-            counts[1, (key >> _BITS) & _MASK] += 1
-            counts[2, key >> (2 * _BITS)] += 1
+            key = (b ^ low) if b >= np.uint64(0x80000000) else (b | np.uint64(0x80000000))
+            if key == np.uint64(0x7FFFFFFF):  # -0.0 is +0.0: equal floats tie, in column order
+                key = np.uint64(0x80000000)
+            items[k] = (key << np.uint64(32)) | np.uint64(k)
+            counts[0, np.int64(key & np.uint64(_MASK))] += 1
+            counts[1, np.int64((key >> np.uint64(_BITS)) & np.uint64(_MASK))] += 1
+            counts[2, np.int64(key >> np.uint64(2 * _BITS))] += 1
         for digit in range(3):
-            shift_bits = digit * _BITS
             # A digit that every key shares leaves the order unchanged: skip its pass.
             skip = False
             for bucket in range(_BUCKETS):
@@ -66,20 +69,19 @@ def _radix_ranks_into(values: np.ndarray, out: np.ndarray, scale: float, shift: 
                 count = counts[digit, bucket]
                 counts[digit, bucket] = total
                 total += count
+            shift_bits = np.uint64(32 + digit * _BITS)
             for k in range(m):
-                source = order[k]
-                key = keys[k]
-                slot = counts[digit, (key >> shift_bits) & _MASK]
-                counts[digit, (key >> shift_bits) & _MASK] = slot + 1
+                item = items[k]
+                bucket = np.int64((item >> shift_bits) & np.uint64(_MASK))
+                slot = counts[digit, bucket]
+                counts[digit, bucket] = slot + 1
                 if last:
                     # The final position is the rank: scatter the affine rank, never invert.
-                    out[r, source] = slot * scale + shift
+                    out[r, np.int64(item & low)] = slot * scale + shift
                 else:
-                    keys_b[slot] = key
-                    order_b[slot] = source
+                    items_b[slot] = item
             if not last:
-                keys, keys_b = keys_b, keys
-                order, order_b = order_b, order
+                items, items_b = items_b, items
 
 
 def _numpy_ranks_into(values: np.ndarray, out: np.ndarray, scale: float, shift: float) -> None:

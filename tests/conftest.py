@@ -3,8 +3,9 @@
 from pathlib import Path
 
 import pytest
+import torch
 
-from core.settings import DATA_DIR
+from core.settings import DATA_DIR, Settings
 from models.anchors import AnchorSet, load_anchor_set
 from models.encoder import Encoder, load_encoder
 
@@ -26,3 +27,9 @@ def anchors(encoder: Encoder, anchor_cache: Path) -> AnchorSet:
     return load_anchor_set(
         encoder, DATA_DIR / "corpus" / "wiki-sentences.txt", TEST_ANCHORS, cache_dir=anchor_cache
     )
+
+
+def served(anchors: AnchorSet) -> AnchorSet:
+    """The anchors as a test's API holds them (RANKSERVE_ANCHOR_DTYPE), for references computed
+    from the definitions: Eq. 7 is exact against the matrix it is served with."""
+    return anchors.stored_as(getattr(torch, Settings().anchor_dtype))

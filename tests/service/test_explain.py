@@ -6,6 +6,7 @@ import torch
 
 from models.anchors import AnchorSet
 from models.encoder import Encoder
+from tests.conftest import served
 
 SOURCE = "A man is playing a guitar."
 TARGETS = ["Someone plays the guitar.", "The stock market fell sharply today."]
@@ -28,9 +29,10 @@ def test_scores_equal_similarity_and_anchors_are_the_nearest_by_cosine(
 
     # Brute force over the whole anchor matrix: the same anchors, texts and cosines, best first.
     embeddings = encoder.encode([SOURCE, *TARGETS])  # (3, dim)
-    cosines = embeddings.to(anchors.device) @ anchors.embeddings.T  # (3, m)
-    served = [explained["source"], *explained["targets"]]
-    for row, text in zip(cosines, served, strict=True):
+    held = served(anchors).embeddings.float()  # the matrix as the API holds it
+    cosines = embeddings.to(held.device) @ held.T  # (3, m)
+    texts = [explained["source"], *explained["targets"]]
+    for row, text in zip(cosines, texts, strict=True):
         expected = torch.topk(row, 4)
         listed = text["nearest_anchors"]
         assert [a["anchor"] for a in listed] == expected.indices.tolist()

@@ -12,6 +12,7 @@ from models.anchors import AnchorSet
 from models.encoder import Encoder
 from models.ranking import blend
 from service.engine import Engine
+from tests.conftest import served
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
 from tests.service.corpus_helpers import api, corpus_server, free_port, search_ids, sick_sentences
 
@@ -86,7 +87,7 @@ def test_search_over_all_candidates_equals_brute_force_eq7(
     body = client.post(
         "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": lambda_}
     ).json()
-    reference = brute_force(encoder, anchors, sentences, QUERY, lambda_)
+    reference = brute_force(encoder, served(anchors), sentences, QUERY, lambda_)
     scores = np.array([hit["score"] for hit in body["hits"]])
     # Tie-tolerant (faiss contrib.evaluation): the 10 best scores, each that of its document.
     np.testing.assert_allclose(scores, np.sort(reference)[::-1][:10], atol=1e-4)
@@ -108,7 +109,7 @@ def test_filter_applies_before_the_cut_to_top_k(
         json={"query": QUERY, "top_k": 5, "candidates": 5, "filter": {"lang": "fr"}},
     ).json()["hits"]
     assert len(hits) == 5 and all(hit["metadata"]["lang"] == "fr" for hit in hits)
-    reference = brute_force(encoder, anchors, sentences, QUERY, 0.1)
+    reference = brute_force(encoder, served(anchors), sentences, QUERY, 0.1)
     best_french = sorted(french, key=lambda i: -reference[i])
     # 5 candidates from the 12 French documents by cosine, then Eq. 7: compare as sets of the
     # cosine-best five, which the index must have searched among French documents only.

@@ -1,4 +1,4 @@
-"""Precomputed, quantised rank vectors of documents (models/rank_codes.py), memory-mapped.
+"""Precomputed, quantised rank vectors of documents (models/rank_codes.py), held in memory.
 
 With them, the document side of Eq. 7 is a dot product with stored codes instead of a matmul
 and a sort per candidate (bench.search measures both). The store belongs to one anchor
@@ -8,11 +8,12 @@ have no row and are rescored exactly, as are documents not yet backfilled.
 
 The rows live in anonymous memory, reserved up to the budget and touched only as rows are
 written, in 2 MB pages where the kernel allows (MADV_HUGEPAGE): a search gathers 100 random
-rows of up to 10 KB, and with 4 KB pages each costs a few TLB misses, two-level walks under a
-hypervisor. A disk file under the same map, as earlier versions had, was written back for
-nothing (the store is rebuilt at every start, since a row is only valid for the document text
-it was computed from) and, on a 2-core VM, made the first read of 100 rows of a 10 GB store
-take 2.5-3.9 ms instead of 0.2 (docs/benchmarks.md). The budget is therefore memory.
+rows of up to 10 KB, which took 0.18-0.19 ms from 2 MB pages against 0.20-0.27 ms from 4 KB
+ones (fewer TLB misses; a script, AMD EPYC Zen 4 VM). A disk file under the same map, as
+earlier versions had, was written back for nothing (the store is rebuilt at every start, since
+a row is only valid for the document text it was computed from) and, on a 2-core VM, made
+reading 100 rows of a 10 GB store take 1.1-3.4 ms instead of 0.2-0.45 (docs/benchmarks.md).
+The budget is therefore memory.
 
 Not thread-safe: SearchIndex calls it under its own lock. `encode_embeddings` reads nothing
 mutable and runs outside that lock.

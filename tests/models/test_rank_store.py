@@ -12,6 +12,7 @@ import torch
 
 from models import index as index_module
 from models import rank_codes
+from models import rank_store as rank_store_module
 from models.index import IndexConfig, SearchIndex
 from models.rank_codes import RankCodec, expected_error
 from models.rank_store import RankStore
@@ -277,3 +278,24 @@ def test_without_numba_the_codes_score_the_same(
     torch.testing.assert_close(
         codec.similarity_rows(codes, rows, z), compiled_rows, atol=1e-6, rtol=0
     )
+
+
+def test_a_reservation_the_kernel_refuses_is_halved_until_it_fits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(2)
+    anchors = torch.from_numpy(clustered(rng, np.eye(DIM), 16))  # 16 bytes of 8-bit codes a row
+    real_mmap = mmap.mmap
+
+    def strict(fileno: int, length: int, *args: object, **kwargs: object) -> mmap.mmap:
+        if length > 1000 * 16:  # what strict overcommit would refuse here
+            raise OSError(12, "Cannot allocate memory")
+        return real_mmap(fileno, length, *args, **kwargs)
+
+    monkeypatch.setattr(rank_store_module.mmap, "mmap", strict)
+    store = store_for(anchors, 8, budget=8000 * 16)
+    assert store.capacity == 1000  # 8000 rows, then 4000, 2000, 1000
+    vectors = clustered(rng, np.eye(DIM), 1200)
+    assert store.put(np.arange(1200), store.encode_embeddings(vectors)) == 1000
+    assert 999 in store and 1000 not in store  # the rest are scored exactly, as past a budget
+    store.close()

@@ -160,7 +160,7 @@ class Settings(BaseSettings):
     ivf_nlist: int = Field(default=1024, ge=1, description="IVF lists; trained at 39 x nlist docs")
     ivf_nprobe: int = Field(default=32, ge=1)
     # Eq. 7 rescoring (models/index.py): "8bit"/"4bit" keep every document's ranks quantised
-    # (M or M/2 bytes per document, memory-mapped under var_dir), rebuilt in the background
+    # (M or M/2 bytes per document, in memory: the budget below), rebuilt in the background
     # when the anchors or the encoder change; "off" computes every candidate's rank vector at
     # query time, as are documents past the budget or not yet backfilled. On by default: with
     # precomputed_ranks_exact the results are the same, and a /search costs 1.23x an /encode

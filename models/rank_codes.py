@@ -99,7 +99,7 @@ class RankCodec:
         self, matrix: np.ndarray, rows: np.ndarray, query_rank: torch.Tensor
     ) -> torch.Tensor:
         """`similarity` of the codes in rows `rows` (n,) of `matrix` (capacity, row_bytes), read
-        where they lie: a RankStore's memory map is never copied (models/rank_store.py)."""
+        where they lie: a RankStore's rows are never copied (models/rank_store.py)."""
         scale, _ = normalisation(self.m)
         factor = scale * (self.m / self.levels) / (1.0 - 1.0 / (self.levels * self.levels))
         query = query_rank.detach().to("cpu", torch.float32).numpy()  # (m,)

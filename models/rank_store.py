@@ -9,7 +9,7 @@ have no row and are rescored exactly, as are documents not yet backfilled.
 The rows live in anonymous memory, reserved up to the budget and touched only as rows are
 written, in 2 MB pages where the kernel allows (MADV_HUGEPAGE): a search gathers 100 random
 rows of up to 10 KB, which took 0.18-0.19 ms from 2 MB pages against 0.20-0.27 ms from 4 KB
-ones (fewer TLB misses; a script, AMD EPYC Zen 4 VM). A disk file under the same map, as
+ones (fewer TLB misses; a script, AMD EPYC Zen 4 VM). A disk file under the map, as
 earlier versions had, was written back for nothing (the store is rebuilt at every start, since
 a row is only valid for the document text it was computed from) and, on a 2-core VM, made
 reading 100 rows of a 10 GB store take 1.1-3.4 ms instead of 0.2-0.45 (docs/benchmarks.md).
@@ -103,7 +103,7 @@ class RankStore:
     ) -> tuple[np.ndarray, np.ndarray]:
         """(found (n,) bool, z_q . z_d (n,) float32, 0 where not found) of documents `ids` (n,)
         from their codes, against an exact query rank vector (m,). The codes are read where
-        they lie in the map: copying 100 candidates' rows out first (1 MB at M = 10k) and
+        they lie in the store: copying 100 candidates' rows out first (1 MB at M = 10k) and
         dotting the copy made approximate searches at N = 1M IVF 1.42-1.45x cosine-only,
         against 1.29-1.37x without the copy (docs/search.md)."""
         rows = np.array([self._rows.get(i, -1) for i in ids.tolist()], dtype=np.int64)  # (n,)

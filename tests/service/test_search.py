@@ -52,7 +52,9 @@ def client(server: Server) -> Iterator[httpx.Client]:
 def brute_force(
     encoder: Encoder, anchors: AnchorSet, texts: list[str], query: str, lambda_inf: float
 ) -> np.ndarray:
-    """Eq. 7 of the query against every text, computed offline from the definitions."""
+    """Eq. 7 of the query against every text, computed offline from the definitions, against
+    the anchor matrix as the API holds it (tests/conftest.py served())."""
+    anchors = served(anchors)
     docs = encoder.encode(texts)  # (n, dim)
     q = encoder.encode([query])  # (1, dim)
     rank = anchors.rank_vectors(docs) @ anchors.rank_vectors(q)[0]  # (n,)
@@ -87,7 +89,7 @@ def test_search_over_all_candidates_equals_brute_force_eq7(
     body = client.post(
         "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": lambda_}
     ).json()
-    reference = brute_force(encoder, served(anchors), sentences, QUERY, lambda_)
+    reference = brute_force(encoder, anchors, sentences, QUERY, lambda_)
     scores = np.array([hit["score"] for hit in body["hits"]])
     # Tie-tolerant (faiss contrib.evaluation): the 10 best scores, each that of its document.
     np.testing.assert_allclose(scores, np.sort(reference)[::-1][:10], atol=1e-4)
@@ -109,7 +111,7 @@ def test_filter_applies_before_the_cut_to_top_k(
         json={"query": QUERY, "top_k": 5, "candidates": 5, "filter": {"lang": "fr"}},
     ).json()["hits"]
     assert len(hits) == 5 and all(hit["metadata"]["lang"] == "fr" for hit in hits)
-    reference = brute_force(encoder, served(anchors), sentences, QUERY, 0.1)
+    reference = brute_force(encoder, anchors, sentences, QUERY, 0.1)
     best_french = sorted(french, key=lambda i: -reference[i])
     # 5 candidates from the 12 French documents by cosine, then Eq. 7: compare as sets of the
     # cosine-best five, which the index must have searched among French documents only.

@@ -15,7 +15,6 @@ from models.index import IndexConfig, SearchIndex
 from service.corpus.index_state import IndexState
 from service.corpus.rank_sync import RankStoreSync
 from service.engine import Engine
-from tests.conftest import served
 from tests.service.conftest import Server, make_settings
 from tests.service.corpus_helpers import api, corpus_server, sick_sentences, wait_until
 from tests.service.test_search import QUERY, brute_force
@@ -52,7 +51,7 @@ def test_search_from_precomputed_ranks_matches_brute_force(
         body = client.post(
             "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": 1.0}
         ).json()
-    reference = brute_force(engine.encoder, served(engine.anchors), sentences, QUERY, 1.0)
+    reference = brute_force(engine.encoder, engine.anchors, sentences, QUERY, 1.0)
     scores = np.array([hit["score"] for hit in body["hits"]])
     # lambda = 1: the scores are the rank similarities alone; the codes only ruled candidates
     # out (RANKSERVE_PRECOMPUTED_RANKS_EXACT, the default), so they are the exact ones.
@@ -69,8 +68,7 @@ def test_approximate_search_scores_from_the_codes(
         body = client.post(
             "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": 1.0}
         ).json()
-    reference = brute_force(engine.encoder, served(engine.anchors), sentences, QUERY, 1.0)
-    exact = np.sort(reference)[::-1]
+    exact = np.sort(brute_force(engine.encoder, engine.anchors, sentences, QUERY, 1.0))[::-1]
     errors = np.abs(np.array([hit["score"] for hit in body["hits"]]) - exact[:10])
     # 8-bit codes at M = 512: off by the rounding noise, not exact.
     assert 0 < errors.max() <= 2e-3

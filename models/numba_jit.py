@@ -1,8 +1,28 @@
 """Compiling the CPU kernels with numba, when it is installed (models/ordinal_ranks.py,
 models/rank_codes.py); every kernel has a numpy or torch fallback for when it is not."""
 
+import functools
 from collections.abc import Callable
 from typing import Any
+
+
+@functools.cache
+def _wide_vectors() -> None:
+    """Let LLVM vectorise with 512-bit registers where the CPU has AVX-512.
+
+    LLVM prefers 256-bit vectors on AVX-512 CPUs (a guard against the clock drop of early
+    Xeons), and numba keeps that default. The anchor kernel (models/cpu_products.py) ran
+    1.28-1.35x faster with 512-bit ones on an Intel Xeon (medians of six processes per
+    setting, alternating: 11 and 64 rows at M = 10k, 64 at M = 100k; load 0.9-1.0).
+    It only applies before numba compiles its first function in the process, and never over a
+    NUMBA_CPU_FEATURES that the user set.
+    """
+    import numba
+    from llvmlite import binding
+
+    features = binding.get_host_cpu_features()
+    if numba.config.CPU_FEATURES is None and features.get("avx512f", False):
+        numba.config.CPU_FEATURES = features.flatten() + ",-prefer-256-bit"
 
 
 def compile_kernel(
@@ -17,6 +37,7 @@ def compile_kernel(
         import numba
     except ImportError:
         return None
+    _wide_vectors()
     options: dict[str, Any] = {"nogil": True, "fastmath": fastmath}
     try:
         # Cached next to the source, so a process compiles once per install, not per start.

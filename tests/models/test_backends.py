@@ -16,6 +16,7 @@ from models.backends import (
     Backend,
     available,
     build_variant,
+    cpu_has_amx,
     tensor_features,
 )
 from models.encoder import Encoder, load_encoder
@@ -159,3 +160,29 @@ def test_openvino_padding_to_its_tile_rows_leaves_embeddings_alone(
         runner.length_multiple = multiple  # type: ignore[attr-defined]
         outputs.append(runner(features))  # (2, dim)
     np.testing.assert_allclose(outputs[1], outputs[0], atol=2e-3)
+
+
+def test_openvino_runs_in_bf16_only_where_amx_tiles_make_it_pay(variants: Path) -> None:
+    import openvino as ov
+
+    runner = _load(Backend.OPENVINO, variants).runner
+    default = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
+    expected = ov.Type.f32 if default == ov.Type.bf16 and not cpu_has_amx() else default
+    assert runner.compiled.get_property("INFERENCE_PRECISION_HINT") == expected  # type: ignore[attr-defined]
+    assert runner.length_multiple == (16 if expected == ov.Type.bf16 else 1)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("flags", "has_amx"),
+    [
+        ("fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", True),
+        ("fpu avx512f avx512_bf16", False),
+    ],
+)
+def test_amx_is_read_from_the_cpu_flags(tmp_path: Path, flags: str, has_amx: bool) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        f"processor\t: 0\nflags\t\t: {flags}\nbugs\t\t: amx_bf16\n", encoding="utf-8"
+    )
+    assert cpu_has_amx(cpuinfo) is has_amx
+    assert cpu_has_amx(tmp_path / "missing") is False

@@ -148,7 +148,7 @@ def _cpu_name() -> str:
 
 def _package_versions() -> dict[str, str | None]:
     found: dict[str, str | None] = {}
-    for name in ("torch", "onnxruntime", "onnx", "openvino", "sentence-transformers"):
+    for name in ("torch", "onnxruntime", "onnx", "openvino", "nncf", "sentence-transformers"):
         try:
             found[name] = version(name)
         except PackageNotFoundError:

@@ -29,9 +29,9 @@ class Settings(BaseSettings):
     encode_batch_size: int = Field(default=64, ge=1)
     # How the encoder runs (models/backends.py); "auto" takes the fastest backend that passes
     # the parity check on the dev sets (core/backend_choice.py). Training always uses torch.
-    encoder_backend: Literal["torch", "torch-bf16", "onnx", "onnx-int8", "openvino", "auto"] = (
-        "torch"
-    )
+    encoder_backend: Literal[
+        "torch", "torch-bf16", "onnx", "onnx-int8", "openvino", "openvino-int8", "auto"
+    ] = "torch"
     # Threads, applied once per process (core/threads.py); defaults measured, see
     # docs/configuration.md. None = the library's own default (one per core).
     torch_threads: int | None = Field(

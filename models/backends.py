@@ -1,5 +1,6 @@
 """Encoder backends: one checkpoint run by torch (fp32 or bf16 autocast), ONNX Runtime (fp32 or
-dynamic int8) or OpenVINO, and the offline export of the non-torch variants.
+dynamic int8) or OpenVINO (fp32 or int8 weights), and the offline export of the non-torch
+variants.
 
 A variant is a folder `<root>/<backend>/` holding the exported graph and `variant.json` (the
 backend, the export recipe's format and the checksum of the checkpoint it was exported from).
@@ -12,8 +13,8 @@ ONNX Runtime; OpenVINO converts it to its IR. Nothing is downloaded.
 import copy
 import importlib.util
 import json
+import logging
 import shutil
-import threading
 import warnings
 from collections.abc import Mapping
 from enum import StrEnum
@@ -25,6 +26,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from models.atomic import atomic_directory, atomic_write_json
+from models.openvino_runner import OpenVinoRunner
 
 VARIANT_FORMAT = 2  # bump when the export recipe changes: older variants are re-exported
 VARIANT_JSON = "variant.json"
@@ -37,9 +39,10 @@ class Backend(StrEnum):
     ONNX = "onnx"
     ONNX_INT8 = "onnx-int8"
     OPENVINO = "openvino"
+    OPENVINO_INT8 = "openvino-int8"  # int8 weights, activations quantised as each pass runs
 
 
-EXPORTED = (Backend.ONNX, Backend.ONNX_INT8, Backend.OPENVINO)
+EXPORTED = (Backend.ONNX, Backend.ONNX_INT8, Backend.OPENVINO, Backend.OPENVINO_INT8)
 # The import names each backend needs at run time (int8 quantisation also needs `onnx`).
 REQUIRES: dict[Backend, tuple[str, ...]] = {
     Backend.TORCH: (),
@@ -47,6 +50,7 @@ REQUIRES: dict[Backend, tuple[str, ...]] = {
     Backend.ONNX: ("onnxruntime",),
     Backend.ONNX_INT8: ("onnxruntime", "onnx"),
     Backend.OPENVINO: ("openvino",),
+    Backend.OPENVINO_INT8: ("openvino", "nncf"),
 }
 # What one forward pass costs on a CPU beyond its padded tokens, in tokens' worth of work
 # (token_budget_slices in models/encoder.py). Chosen among 16, 64, 256 and 1,024 by timing each
@@ -60,11 +64,13 @@ PASS_COST_TOKENS: dict[Backend, int] = {
     Backend.ONNX: 16,
     Backend.ONNX_INT8: 16,
     Backend.OPENVINO: 1024,
+    Backend.OPENVINO_INT8: 1024,  # OpenVINO's, not timed apart
 }
 _GRAPH_FILE = {
     Backend.ONNX: "model.onnx",
     Backend.ONNX_INT8: "model-int8.onnx",
     Backend.OPENVINO: "model.xml",  # plus model.bin beside it
+    Backend.OPENVINO_INT8: "model-int8.xml",
 }
 
 
@@ -107,58 +113,12 @@ class _OnnxRunner:
         return self.session.run(None, {name: features[name] for name in self.inputs})[0]
 
 
-class _OpenVinoRunner:
-    # In bf16 the CPU plugin multiplies tiles of 16 rows (AMX): on an AMX Xeon, texts padded to
-    # a multiple of 16 tokens ran 7-12 % faster one at a time and in batches of long texts, and
-    # alike in batches of short ones (alternating in one process). Padding is masked out.
-    BF16_LENGTH_MULTIPLE = 16
-
-    def __init__(self, path: Path, threads: int | None) -> None:
-        import openvino as ov
-
-        core = ov.Core()
-        config: dict[str, object] = {"PERFORMANCE_HINT": "LATENCY"}
-        if threads:
-            config["INFERENCE_NUM_THREADS"] = threads
-        # The CPU plugin picks bf16 wherever the CPU has AVX512-BF16, but only AMX tiles make it
-        # pay: on an Intel Xeon with AVX512-BF16 and no AMX, f32 encoded 1.16-1.45x as many
-        # texts as bf16 (single texts and batches of 16 and 64, short and long, alternating in
-        # one process, load 1.3-1.7), whose matmul probe there read half of fp32's GFLOP/s.
-        default = core.get_property("CPU", "INFERENCE_PRECISION_HINT")
-        if default == ov.Type.bf16 and not cpu_has_amx():
-            config["INFERENCE_PRECISION_HINT"] = ov.Type.f32
-        self.compiled = core.compile_model(str(path), "CPU", config)
-        self.inputs = [port.get_any_name() for port in self.compiled.inputs]
-        bf16 = self.compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.bf16
-        self.length_multiple = self.BF16_LENGTH_MULTIPLE if bf16 else 1
-        # compiled_model(...) reuses one infer request, which is not safe across threads.
-        self._lock = threading.Lock()
-
-    def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
-        pad = -features["input_ids"].shape[1] % self.length_multiple
-        inputs = {name: np.pad(features[name], ((0, 0), (0, pad))) for name in self.inputs}
-        with self._lock:
-            result = self.compiled(inputs)
-            return np.array(result[0], copy=True)
-
-
-def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether the CPU multiplies bf16 in AMX tiles, as Linux reports it (False elsewhere)."""
-    try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return any(
-        line.startswith("flags") and "amx_bf16" in line.split() for line in text.splitlines()
-    )
-
-
 def load_runner(backend: Backend, directory: Path, threads: int | None = None) -> Runner:
     """The runner of the variant in `directory` (a folder that `ensure_variant` returned)."""
     require(backend)
     graph = directory / _GRAPH_FILE[backend]
-    if backend == Backend.OPENVINO:
-        return _OpenVinoRunner(graph, threads)
+    if backend in (Backend.OPENVINO, Backend.OPENVINO_INT8):
+        return OpenVinoRunner(graph, threads, int8_weights=backend == Backend.OPENVINO_INT8)
     return _OnnxRunner(graph, threads)
 
 
@@ -246,12 +206,20 @@ def _quantize_int8(fp32: Path, target: Path) -> None:
     )
 
 
-def _convert_openvino(fp32: Path, target: Path) -> None:
+def _convert_openvino(fp32: Path, target: Path, *, int8_weights: bool) -> None:
     import openvino as ov
 
-    # Weights stay fp32 on disk; the CPU plugin picks its own inference precision (bf16 on
-    # CPUs with AMX or AVX512-BF16), which the parity check then judges.
-    ov.save_model(ov.convert_model(str(fp32)), str(target), compress_to_fp16=False)
+    # Weights stay fp32 on disk unless int8 is asked for; the runner sets the precision of the
+    # rest (models/openvino_runner.py), which the parity check then judges.
+    model = ov.convert_model(str(fp32))
+    if int8_weights:
+        import nncf
+
+        # Data-free: each weight row gets its own int8 scale and zero point, so no calibration
+        # text is needed. Mean cosine to fp32 0.99941 on 256 Wikipedia sentences.
+        nncf.set_log_level(logging.ERROR)
+        model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
+    ov.save_model(model, str(target), compress_to_fp16=False)
 
 
 def export_variant(model: SentenceTransformer, backend: Backend, out_dir: Path) -> None:
@@ -266,7 +234,8 @@ def export_variant(model: SentenceTransformer, backend: Backend, out_dir: Path) 
         if backend == Backend.ONNX_INT8:
             _quantize_int8(fp32, out_dir / _GRAPH_FILE[backend])
         else:
-            _convert_openvino(fp32, out_dir / _GRAPH_FILE[backend])
+            int8 = backend == Backend.OPENVINO_INT8
+            _convert_openvino(fp32, out_dir / _GRAPH_FILE[backend], int8_weights=int8)
     finally:
         fp32.unlink(missing_ok=True)
 

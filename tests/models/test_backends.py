@@ -16,10 +16,10 @@ from models.backends import (
     Backend,
     available,
     build_variant,
-    cpu_has_amx,
     tensor_features,
 )
 from models.encoder import Encoder, load_encoder
+from models.openvino_runner import cpu_has_amx
 from models.parity import COSINE_FLOOR, SPEARMAN_TOLERANCE, ParitySet, check_parity, embed
 
 PAIRS_PER_TASK = 150  # 300 dev pairs: a Spearman gap of 0.2 is still well resolved

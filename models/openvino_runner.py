@@ -1,0 +1,60 @@
+"""The OpenVINO runner of an exported sentence pipeline (models/backends.py), and the precision
+it runs in on this CPU."""
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+
+class OpenVinoRunner:
+    # In bf16 the CPU plugin multiplies tiles of 16 rows (AMX): on an AMX Xeon, texts padded to
+    # a multiple of 16 tokens ran 7-12 % faster one at a time and in batches of long texts, and
+    # alike in batches of short ones (alternating in one process). Padding is masked out.
+    BF16_LENGTH_MULTIPLE = 16
+
+    def __init__(self, path: Path, threads: int | None, *, int8_weights: bool = False) -> None:
+        import openvino as ov
+
+        core = ov.Core()
+        config: dict[str, object] = {"PERFORMANCE_HINT": "LATENCY"}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = threads
+        if int8_weights:
+            # With int8 weights the plugin can quantise each pass's activations too, in groups
+            # of 32 along a token's features, and multiply in int8 (VNNI): short batches of 16
+            # ran 290.9 against 250.1 texts/s without it, single texts and long batches alike
+            # (Intel Xeon without AMX, alternating in one process, load 1.2-1.3).
+            config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 32
+        # The CPU plugin picks bf16 wherever the CPU has AVX512-BF16, but only AMX tiles make it
+        # pay: on an Intel Xeon with AVX512-BF16 and no AMX, f32 encoded 1.16-1.45x as many
+        # texts as bf16 (single texts and batches of 16 and 64, short and long, alternating in
+        # one process, load 1.3-1.7), whose matmul probe there read half of fp32's GFLOP/s.
+        default = core.get_property("CPU", "INFERENCE_PRECISION_HINT")
+        if default == ov.Type.bf16 and not cpu_has_amx():
+            config["INFERENCE_PRECISION_HINT"] = ov.Type.f32
+        self.compiled = core.compile_model(str(path), "CPU", config)
+        self.inputs = [port.get_any_name() for port in self.compiled.inputs]
+        bf16 = self.compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.bf16
+        self.length_multiple = self.BF16_LENGTH_MULTIPLE if bf16 else 1
+        # compiled_model(...) reuses one infer request, which is not safe across threads.
+        self._lock = threading.Lock()
+
+    def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
+        pad = -features["input_ids"].shape[1] % self.length_multiple
+        inputs = {name: np.pad(features[name], ((0, 0), (0, pad))) for name in self.inputs}
+        with self._lock:
+            result = self.compiled(inputs)
+            return np.array(result[0], copy=True)
+
+
+def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether the CPU multiplies bf16 in AMX tiles, as Linux reports it (False elsewhere)."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return any(
+        line.startswith("flags") and "amx_bf16" in line.split() for line in text.splitlines()
+    )

@@ -2,11 +2,11 @@
 
 helm-python-sdk carries Helm v4's SDK as a shared library: `render` is `helm template` (values
 merged, checked against values.schema.json, templates executed) with no binary, no cluster and
-no network. Every manifest is then validated against the OpenAPI schemas of the newest
-Kubernetes release that kubernetes-validate ships, in strict mode (an unknown field fails);
-the ServiceMonitor, a Prometheus Operator resource, against that operator's generated models.
-What only a cluster can show (scheduling, probes passing, a real rollout) is listed in
-docs/kubernetes.md.
+no network, called in a child process (tests/deploy/helm_child.py). Every manifest is then
+validated against the OpenAPI schemas of the newest Kubernetes release that kubernetes-validate
+ships, in strict mode (an unknown field fails); the ServiceMonitor, a Prometheus Operator
+resource, against that operator's generated models. What only a cluster can show (scheduling,
+probes passing, a real rollout) is listed in docs/kubernetes.md.
 """
 
 import base64
@@ -14,15 +14,14 @@ import re
 from pathlib import Path
 from typing import Any
 
-import helm_python as helm
 import kubernetes_validate
 import pytest
 import yaml
 from cloudcoil.models.prometheus_operator.v1 import ServiceMonitor
-from helm_python.errors import HelmRenderError, HelmValuesError
 from kubernetes_validate.utils import latest_version
 
 from core.settings import REPO_ROOT, Settings
+from tests.deploy.helm_child import RenderFailedError, ValuesRejectedError, helm
 
 CHART = REPO_ROOT / "deploy" / "helm" / "rankserve"
 KUBERNETES = latest_version()
@@ -69,8 +68,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 
 def render(values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    with helm.Chart.load(CHART) as chart:
-        manifests = chart.render(values or {}, name="rs", namespace="search")
+    manifests = helm("render", CHART, values)
     documents = []
     for path, text in sorted(manifests.items()):
         if path.endswith(".yaml"):
@@ -144,7 +142,7 @@ def test_everything_switched_on_renders_valid_manifests():
 
 
 def test_lint_finds_nothing_above_info():
-    result = helm.lint(str(CHART), strict=True)
+    result = helm("lint", CHART)
     assert result["errors"] == []
     assert [m for m in result["messages"] if m["severity"] > 1] == []
 
@@ -352,7 +350,7 @@ def test_autoscaling_owns_the_replica_count():
     (metric,) = hpa["spec"]["metrics"]
     assert metric["resource"]["name"] == "cpu"
     assert one(render(), "Deployment", "-api")["spec"]["replicas"] == 2
-    with pytest.raises(HelmRenderError, match="minReplicas is larger"):
+    with pytest.raises(RenderFailedError, match="minReplicas is larger"):
         render({"api": {"autoscaling": {"enabled": True, "minReplicas": 5, "maxReplicas": 2}}})
 
 
@@ -372,10 +370,10 @@ def test_autoscaling_owns_the_replica_count():
     ],
 )
 def test_schema_rejects_wrong_values(values: dict[str, Any], message: str):
-    with helm.Chart.load(CHART) as chart, pytest.raises(HelmValuesError, match=re.escape(message)):
-        chart.validate_schema(values)
+    with pytest.raises(ValuesRejectedError, match=re.escape(message)):
+        helm("validate", CHART, values)
     # `helm install` and `helm template` apply the same schema before any template runs.
-    with pytest.raises(HelmValuesError, match=re.escape(message)):
+    with pytest.raises(ValuesRejectedError, match=re.escape(message)):
         render(values)
 
 

@@ -32,10 +32,11 @@ from core.backend_choice import dev_parity_set
 from core.loading import settings_anchors
 from core.settings import DATA_DIR, get_settings
 from models.anchors import AnchorSet, read_sentences
+from models.cpu_products import pair_dots
 from models.encoder import Encoder, load_encoder
 from models.evaluation.sts import spearman_x100
 from models.ordinal_ranks import method
-from models.ranking import paired_similarity, warm_up
+from models.ranking import warm_up
 from models.scoring import distinct_texts, score_embedded_pairs
 
 COLUMNS = (
@@ -100,7 +101,7 @@ def measure(encoder, anchors: AnchorSet, sentences: list[str], n: int, repeat: i
 
     def cosine() -> torch.Tensor:
         embeddings = encoder.encode(unique)  # (u, dim)
-        return paired_similarity(embeddings[left_t], embeddings[right_t])
+        return pair_dots(embeddings, left_t, right_t)
 
     def eq7() -> torch.Tensor:
         embeddings = encoder.encode(unique)

@@ -146,6 +146,19 @@ def _row_dots_py(rows: np.ndarray, vector: np.ndarray, out: np.ndarray) -> None:
         out[i] = acc
 
 
+def _pair_dots_py(
+    matrix: np.ndarray, left: np.ndarray, right: np.ndarray, out: np.ndarray, start: int, stop: int
+) -> None:
+    """out[k] = matrix[left[k]] . matrix[right[k]] (matrix (u, n)) for k in [start, stop)."""
+    n = matrix.shape[1]
+    for p in range(start, stop):
+        a, b = left[p], right[p]
+        acc = np.float32(0.0)
+        for k in range(n):
+            acc += matrix[a, k] * matrix[b, k]
+        out[p] = acc
+
+
 @functools.cache
 def _kernels() -> tuple[Callable[..., Any], ...] | None:
     # fastmath lets the sums vectorise: reassociated, but the same way for every row.
@@ -155,6 +168,10 @@ def _kernels() -> tuple[Callable[..., Any], ...] | None:
         (
             _cosines_bf16_py,
             "void(float32[:, ::1], uint16[:, ::1], float32[:, ::1], int64, int64)",
+        ),
+        (
+            _pair_dots_py,
+            "void(float32[:, ::1], int64[::1], int64[::1], float32[::1], int64, int64)",
         ),
         fastmath=True,
     )
@@ -207,4 +224,29 @@ def row_dots(rows: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:
         return rows @ vector  # (n,)
     out = np.empty(len(rows), dtype=np.float32)  # (n,)
     kernels[1](np.ascontiguousarray(rows.numpy()), np.ascontiguousarray(vector.numpy()), out)
+    return torch.from_numpy(out)
+
+
+def pair_dots(matrix: torch.Tensor, left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
+    """(n,) inner products of rows left[k] and right[k] of matrix (u, k): the cosines or
+    Spearman's rhos of sentence pairs. On CPU each pair is dotted where its rows lie, split
+    over the spare core when large: gathering both sides first and multiplying them, as torch
+    would, cost 26.7 ms for 64 pairs of rank vectors at M = 100k, the kernel 1.4-2.1 ms (AMD
+    EPYC Zen 4, load 0.8)."""
+    matrix = matrix.detach()
+    kernels = _kernels()
+    if kernels is None or not _on_cpu(matrix):
+        return (matrix[left] * matrix[right]).sum(dim=-1)  # (n,)
+    rows = np.ascontiguousarray(matrix.numpy())  # (u, k)
+    lefts = np.ascontiguousarray(left.numpy(), dtype=np.int64)  # (n,)
+    rights = np.ascontiguousarray(right.numpy(), dtype=np.int64)  # (n,)
+    named = np.concatenate([lefts, rights])  # (2n,)
+    if len(named) and (named.min() < 0 or named.max() >= len(rows)):
+        raise IndexError("pair index out of range")  # the kernel does not check
+    out = np.empty(len(lefts), dtype=np.float32)  # (n,)
+
+    def pairs(start: int, stop: int) -> None:
+        kernels[3](rows, lefts, rights, out, start, stop)
+
+    split_range(pairs, len(lefts), elements=len(lefts) * rows.shape[1])
     return torch.from_numpy(out)

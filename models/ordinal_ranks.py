@@ -104,7 +104,8 @@ def method() -> str:
 
 
 def ranks_into(values: np.ndarray, out: np.ndarray, scale: float = 1.0, shift: float = 0.0) -> None:
-    """out[r, k] = scale * (0-based ordinal rank of values[r, k] in row r) + shift."""
+    """out[r, k] = scale * (0-based ordinal rank of values[r, k] in row r) + shift; `out` may
+    be `values` itself (each row is read whole before its ranks are written)."""
     if values.ndim != 2 or values.shape != out.shape:
         raise ValueError("values and out must be matrices of one shape")
     if values.dtype != np.float32 or out.dtype != np.float32:

@@ -39,16 +39,17 @@ def _ranks_affine(
     """
     cosines = anchor_cosines(embeddings, anchors, split=split)  # (batch, m), no gradient
     if cosines.device.type == "cpu":
-        values = cosines.to(torch.float32).contiguous().numpy()  # (batch, m)
-        ranks = np.empty(values.shape, dtype=np.float32)  # (batch, m)
+        # The ranks overwrite the cosines, a new matrix of anchor_cosines': a second one of
+        # fresh pages cost 6-7 ms per 128 x 100k (AMD EPYC Zen 4, load 0.9).
+        ranks = cosines.to(torch.float32).contiguous().numpy()  # (batch, m)
 
         def rows(start: int, stop: int) -> None:
-            ranks_into(values[start:stop], ranks[start:stop], scale, shift)
+            ranks_into(ranks[start:stop], ranks[start:stop], scale, shift)
 
         if split:
-            split_range(rows, len(values), elements=values.size)
+            split_range(rows, len(ranks), elements=ranks.size)
         else:
-            rows(0, len(values))
+            rows(0, len(ranks))
         return torch.from_numpy(ranks).to(cosines.dtype)
     order = torch.argsort(cosines, dim=1, stable=True)  # (batch, m)
     positions = torch.arange(cosines.shape[1], device=cosines.device, dtype=cosines.dtype)
@@ -107,11 +108,6 @@ def rank_vectors_chunked(
     # On CPU numpy joins them: torch.cat of this size wakes its OpenMP pool, whose spinning
     # workers would then hold the helper's core.
     return torch.from_numpy(np.concatenate([part.numpy() for part in parts]))  # (batch, m)
-
-
-def paired_similarity(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Row-wise inner products: cosine for unit embeddings, Spearman for rank vectors."""
-    return (a * b).sum(dim=-1)  # (batch,)
 
 
 def blend(

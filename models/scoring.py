@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from models.anchors import AnchorSet
+from models.cpu_products import pair_dots
 from models.encoder import Encoder
-from models.ranking import DEFAULT_LAMBDA_INF, blend, paired_similarity
+from models.ranking import DEFAULT_LAMBDA_INF, blend
 
 
 @dataclass(frozen=True)
@@ -34,8 +35,8 @@ def pair_scores(
     """Scores of rows `left[k]` against `right[k]`, from unit embeddings (u, dim) and their
     normalised rank vectors (u, m); `left`, `right` are (n,) row indices."""
     return PairScores(
-        cosine=paired_similarity(embeddings[left], embeddings[right]),  # (n,)
-        rank=paired_similarity(ranks[left], ranks[right]),  # (n,)
+        cosine=pair_dots(embeddings, left, right),  # (n,)
+        rank=pair_dots(ranks, left, right),  # (n,)
     )
 
 

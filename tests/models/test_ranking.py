@@ -5,14 +5,13 @@ from scipy.stats import rankdata, spearmanr
 
 from models import cpu_products
 from models import ordinal_ranks as ordinal_ranks_module
-from models.cpu_products import anchor_cosines, row_dots
-from models.ordinal_ranks import numpy_ranks, ordinal_ranks
+from models.cpu_products import anchor_cosines, pair_dots, row_dots
+from models.ordinal_ranks import numpy_ranks, ordinal_ranks, ranks_into
 from models.ranking import (
     anchor_ranks,
     blend,
     normalisation,
     normalise_ranks,
-    paired_similarity,
     rank_vectors,
     rank_vectors_chunked,
 )
@@ -66,8 +65,8 @@ def test_fewer_than_two_anchors_is_refused() -> None:
 def test_blend_endpoints_are_cosine_and_rank(data) -> None:
     inputs, anchors = data
     left, right = inputs[:6], inputs[6:]
-    cosine = paired_similarity(left, right)
-    rank = paired_similarity(rank_vectors(left, anchors), rank_vectors(right, anchors))
+    cosine = (left * right).sum(dim=1)
+    rank = (rank_vectors(left, anchors) * rank_vectors(right, anchors)).sum(dim=1)
     torch.testing.assert_close(blend(cosine, rank, 0.0), cosine)
     torch.testing.assert_close(blend(cosine, rank, 1.0), rank)
     torch.testing.assert_close(blend(cosine, rank, 0.25), 0.25 * rank + 0.75 * cosine)
@@ -124,6 +123,16 @@ def test_radix_writes_the_affine_map_of_the_ranks() -> None:
     np.testing.assert_allclose(
         ordinal_ranks(cosines, scale, shift), ordinal_ranks(cosines) * scale + shift, atol=1e-7
     )
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_ranks_may_overwrite_their_values(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not compiled:
+        monkeypatch.setattr(ordinal_ranks_module, "_kernel", lambda: None)
+    cosines = _cosine_rows(2, 5, 3000)
+    expected = ordinal_ranks(cosines, 0.5, -1.0)
+    ranks_into(cosines, cosines, 0.5, -1.0)
+    assert np.array_equal(cosines, expected)
 
 
 def test_anchor_ranks_and_rank_vectors_use_the_exact_ranks(data) -> None:
@@ -185,6 +194,28 @@ def test_without_numba_the_products_are_torchs(data, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(cpu_products, "_kernels", lambda: None)
     assert torch.equal(anchor_cosines(inputs, anchors), inputs @ anchors.T)
     assert torch.equal(row_dots(inputs, anchors[0]), inputs @ anchors[0])
+    left, right = torch.tensor([0, 2]), torch.tensor([1, 1])
+    assert torch.equal(pair_dots(inputs, left, right), (inputs[left] * inputs[right]).sum(dim=1))
+
+
+@pytest.mark.parametrize("width", [16, 20000])  # 20000: large enough to split over the spare core
+def test_pair_dots_are_the_gathered_products(width: int) -> None:
+    generator = torch.Generator().manual_seed(width)
+    matrix = unit_rows(generator, 9, width)
+    left, right = torch.tensor([0, 3, 8, 8, 5]), torch.tensor([1, 3, 2, 0, 7])
+    expected = (matrix[left] * matrix[right]).sum(dim=1)
+    dots = pair_dots(matrix, left, right)
+    torch.testing.assert_close(dots, expected, atol=1e-6, rtol=0)
+    for k in range(len(left)):  # a pair's bits do not depend on the other pairs
+        assert torch.equal(pair_dots(matrix, left[k : k + 1], right[k : k + 1]), dots[k : k + 1])
+    assert pair_dots(matrix, left[:0], right[:0]).shape == (0,)
+
+
+@pytest.mark.parametrize("left", [[0, 9], [-1, 0]])
+def test_pair_dots_refuse_a_row_that_is_not_there(left: list[int]) -> None:
+    matrix = torch.ones(9, 4)
+    with pytest.raises(IndexError, match="out of range"):
+        pair_dots(matrix, torch.tensor(left), torch.tensor([0, 1]))
 
 
 @pytest.mark.parametrize("m", [1, 3, 4, 2003])

@@ -54,6 +54,7 @@ def encoder_for(
         variants=variants,
         export_cache=settings.cache.encoder_variants,
         threads=settings.torch_threads,
+        calibration=settings.anchor_corpus,
     )
 
 
@@ -123,7 +124,7 @@ def build_variants(settings: Settings, checkpoint: Path | None, out_dir: Path) -
         return None
     reference = encoder_for(settings, checkpoint, None, Backend.TORCH)
     for backend in exported:
-        build_variant(reference.model, reference.checksum, backend, out_dir)
+        build_variant(reference.model, reference.checksum, backend, out_dir, settings.anchor_corpus)
     dev = dev_parity_set(settings)
     parity, _, failures = measure_parity(settings, reference, out_dir, dev, checked)
     record = {

@@ -30,7 +30,14 @@ class Settings(BaseSettings):
     # How the encoder runs (models/backends.py); "auto" takes the fastest backend that passes
     # the parity check on the dev sets (core/backend_choice.py). Training always uses torch.
     encoder_backend: Literal[
-        "torch", "torch-bf16", "onnx", "onnx-int8", "openvino", "openvino-int8", "auto"
+        "torch",
+        "torch-bf16",
+        "onnx",
+        "onnx-int8",
+        "openvino",
+        "openvino-int8",
+        "openvino-int8-static",
+        "auto",
     ] = "torch"
     # Threads, applied once per process (core/threads.py); defaults measured, see
     # docs/configuration.md. None = the library's own default (one per core).

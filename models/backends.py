@@ -1,19 +1,19 @@
 """Encoder backends: one checkpoint run by torch (fp32 or bf16 autocast), ONNX Runtime (fp32 or
-dynamic int8) or OpenVINO (fp32 or int8 weights), and the offline export of the non-torch
-variants.
+dynamic int8) or OpenVINO (fp32, int8 weights, or int8 weights and activations), and the
+offline export of the non-torch variants.
 
 A variant is a folder `<root>/<backend>/` holding the exported graph and `variant.json` (the
 backend, the export recipe's format and the checksum of the checkpoint it was exported from).
 The graph is the whole sentence-transformers pipeline (transformer, pooling, normalisation) as
 one function of the tokenizer's tensors, so a runner only needs the tokenizer around it. Export
 reads the loaded local checkpoint only: torch traces it to ONNX; int8 quantises that file with
-ONNX Runtime; OpenVINO converts it to its IR. Nothing is downloaded.
+ONNX Runtime; OpenVINO converts it to its IR (models/openvino_export.py). Nothing is
+downloaded.
 """
 
 import copy
 import importlib.util
 import json
-import logging
 import shutil
 import warnings
 from collections.abc import Mapping
@@ -26,6 +26,7 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from models.atomic import atomic_directory, atomic_write_json
+from models.openvino_export import calibration_samples, convert_openvino
 from models.openvino_runner import OpenVinoRunner
 
 VARIANT_FORMAT = 2  # bump when the export recipe changes: older variants are re-exported
@@ -40,9 +41,17 @@ class Backend(StrEnum):
     ONNX_INT8 = "onnx-int8"
     OPENVINO = "openvino"
     OPENVINO_INT8 = "openvino-int8"  # int8 weights, activations quantised as each pass runs
+    OPENVINO_INT8_STATIC = "openvino-int8-static"  # activation scales calibrated at export
 
 
-EXPORTED = (Backend.ONNX, Backend.ONNX_INT8, Backend.OPENVINO, Backend.OPENVINO_INT8)
+EXPORTED = (
+    Backend.ONNX,
+    Backend.ONNX_INT8,
+    Backend.OPENVINO,
+    Backend.OPENVINO_INT8,
+    Backend.OPENVINO_INT8_STATIC,
+)
+OPENVINO = (Backend.OPENVINO, Backend.OPENVINO_INT8, Backend.OPENVINO_INT8_STATIC)
 # The import names each backend needs at run time (int8 quantisation also needs `onnx`).
 REQUIRES: dict[Backend, tuple[str, ...]] = {
     Backend.TORCH: (),
@@ -51,6 +60,7 @@ REQUIRES: dict[Backend, tuple[str, ...]] = {
     Backend.ONNX_INT8: ("onnxruntime", "onnx"),
     Backend.OPENVINO: ("openvino",),
     Backend.OPENVINO_INT8: ("openvino", "nncf"),
+    Backend.OPENVINO_INT8_STATIC: ("openvino", "nncf"),
 }
 # What one forward pass costs on a CPU beyond its padded tokens, in tokens' worth of work
 # (token_budget_slices in models/encoder.py). Chosen among 16, 64, 256 and 1,024 by timing each
@@ -65,12 +75,14 @@ PASS_COST_TOKENS: dict[Backend, int] = {
     Backend.ONNX_INT8: 16,
     Backend.OPENVINO: 1024,
     Backend.OPENVINO_INT8: 1024,  # OpenVINO's, not timed apart
+    Backend.OPENVINO_INT8_STATIC: 1024,  # likewise
 }
 _GRAPH_FILE = {
     Backend.ONNX: "model.onnx",
     Backend.ONNX_INT8: "model-int8.onnx",
     Backend.OPENVINO: "model.xml",  # plus model.bin beside it
     Backend.OPENVINO_INT8: "model-int8.xml",
+    Backend.OPENVINO_INT8_STATIC: "model-int8-static.xml",
 }
 
 
@@ -117,7 +129,7 @@ def load_runner(backend: Backend, directory: Path, threads: int | None = None) -
     """The runner of the variant in `directory` (a folder that `ensure_variant` returned)."""
     require(backend)
     graph = directory / _GRAPH_FILE[backend]
-    if backend in (Backend.OPENVINO, Backend.OPENVINO_INT8):
+    if backend in OPENVINO:
         return OpenVinoRunner(graph, threads, int8_weights=backend == Backend.OPENVINO_INT8)
     return _OnnxRunner(graph, threads)
 
@@ -206,36 +218,36 @@ def _quantize_int8(fp32: Path, target: Path) -> None:
     )
 
 
-def _convert_openvino(fp32: Path, target: Path, *, int8_weights: bool) -> None:
-    import openvino as ov
-
-    # Weights stay fp32 on disk unless int8 is asked for; the runner sets the precision of the
-    # rest (models/openvino_runner.py), which the parity check then judges.
-    model = ov.convert_model(str(fp32))
-    if int8_weights:
-        import nncf
-
-        # Data-free: each weight row gets its own int8 scale and zero point, so no calibration
-        # text is needed. Mean cosine to fp32 0.99941 on 256 Wikipedia sentences.
-        nncf.set_log_level(logging.ERROR)
-        model = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT8_ASYM)
-    ov.save_model(model, str(target), compress_to_fp16=False)
-
-
-def export_variant(model: SentenceTransformer, backend: Backend, out_dir: Path) -> None:
-    """Write `backend`'s graph of the loaded checkpoint into `out_dir` (which must exist)."""
+def export_variant(
+    model: SentenceTransformer, backend: Backend, out_dir: Path, calibration: Path | None = None
+) -> None:
+    """Write `backend`'s graph of the loaded checkpoint into `out_dir` (which must exist);
+    `calibration`: a file of sentences, one per line, that static int8 calibrates on."""
     require(backend)
     if backend == Backend.ONNX:
         _export_onnx(model, out_dir / _GRAPH_FILE[backend])
         return
+    samples = None
+    if backend == Backend.OPENVINO_INT8_STATIC:
+        if calibration is None:
+            raise ValueError(f"{backend} needs a file of calibration sentences")
+        sentences = calibration.read_text(encoding="utf-8").splitlines()
+        samples = calibration_samples(
+            lambda texts: {k: v.numpy() for k, v in tensor_features(model, texts).items()},
+            sentences,
+        )
     fp32 = out_dir / "fp32.onnx.tmp"
     _export_onnx(model, fp32)
     try:
         if backend == Backend.ONNX_INT8:
             _quantize_int8(fp32, out_dir / _GRAPH_FILE[backend])
         else:
-            int8 = backend == Backend.OPENVINO_INT8
-            _convert_openvino(fp32, out_dir / _GRAPH_FILE[backend], int8_weights=int8)
+            convert_openvino(
+                fp32,
+                out_dir / _GRAPH_FILE[backend],
+                int8_weights=backend == Backend.OPENVINO_INT8,
+                calibration=samples,
+            )
     finally:
         fp32.unlink(missing_ok=True)
 
@@ -253,8 +265,15 @@ def _variant_matches(directory: Path, backend: Backend, checksum: str) -> bool:
     )
 
 
-def build_variant(model: SentenceTransformer, checksum: str, backend: Backend, root: Path) -> Path:
-    """Export `backend` into `<root>/<backend>/` atomically, unless a matching one is there."""
+def build_variant(
+    model: SentenceTransformer,
+    checksum: str,
+    backend: Backend,
+    root: Path,
+    calibration: Path | None = None,
+) -> Path:
+    """Export `backend` into `<root>/<backend>/` atomically, unless a matching one is there
+    (`calibration`: as for export_variant)."""
     target = root / backend.value
     if _variant_matches(target, backend, checksum):
         return target
@@ -262,7 +281,7 @@ def build_variant(model: SentenceTransformer, checksum: str, backend: Backend, r
         # An older recipe or another checkpoint's export: derived data, rebuilt below.
         shutil.rmtree(target)
     with atomic_directory(target) as tmp:
-        export_variant(model, backend, tmp)
+        export_variant(model, backend, tmp, calibration)
         meta = {"backend": backend.value, "format": VARIANT_FORMAT, "source_checksum": checksum}
         atomic_write_json(tmp / VARIANT_JSON, meta, indent=2)
     return target
@@ -275,6 +294,7 @@ def ensure_variant(
     *,
     prebuilt: Path | None,
     cache: Path | None,
+    calibration: Path | None = None,
 ) -> Path:
     """The variant folder to run: the prebuilt one (a bundle's) when it matches the
     checkpoint, else the cache's, exported into it once when absent."""
@@ -284,4 +304,4 @@ def ensure_variant(
         raise FileNotFoundError(
             f"no prebuilt {backend} variant and no cache directory to export one into"
         )
-    return build_variant(model, checksum, backend, cache)
+    return build_variant(model, checksum, backend, cache, calibration)

@@ -206,12 +206,14 @@ def load_encoder(
     variants: Path | None = None,
     export_cache: Path | None = None,
     threads: int | None = None,
+    calibration: Path | None = None,
 ) -> Encoder:
     """Load a sentence-transformers directory (default: the packaged all-MiniLM-L6-v2).
 
     For an exported backend, the variant comes from `variants` (a bundle's prebuilt folder)
     when it holds one for this checkpoint, else from `export_cache`, exported there once;
-    `threads` sizes its runtime's thread pool (None: the runtime's default). Exported
+    `threads` sizes its runtime's thread pool (None: the runtime's default); `calibration`,
+    a file of sentences, is what `openvino-int8-static` calibrates on when exported. Exported
     backends run on the CPU. `batch_tokens` None: the device's default budget.
     """
     backend = Backend(backend)
@@ -239,7 +241,9 @@ def load_encoder(
     runner = None
     if backend in EXPORTED:
         cache = export_cache / checksum[:16] if export_cache is not None else None
-        folder = ensure_variant(model, checksum, backend, prebuilt=variants, cache=cache)
+        folder = ensure_variant(
+            model, checksum, backend, prebuilt=variants, cache=cache, calibration=calibration
+        )
         runner = load_runner(backend, folder, threads)
     return Encoder(
         model=model,

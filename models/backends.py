@@ -231,10 +231,9 @@ def export_variant(
     if backend == Backend.OPENVINO_INT8_STATIC:
         if calibration is None:
             raise ValueError(f"{backend} needs a file of calibration sentences")
-        sentences = calibration.read_text(encoding="utf-8").splitlines()
         samples = calibration_samples(
             lambda texts: {k: v.numpy() for k, v in tensor_features(model, texts).items()},
-            sentences,
+            calibration,
         )
     fp32 = out_dir / "fp32.onnx.tmp"
     _export_onnx(model, fp32)

@@ -12,6 +12,7 @@ NNCF's int8 recipes.
   cosine 0.9967 (min 0.973).
 """
 
+import itertools
 import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -58,11 +59,12 @@ def convert_openvino(
 
 
 def calibration_samples(
-    features: Callable[[list[str]], Mapping[str, np.ndarray]], sentences: list[str]
+    features: Callable[[list[str]], Mapping[str, np.ndarray]], sentences: Path
 ) -> list[Mapping[str, np.ndarray]]:
-    """The first CALIBRATION_SENTENCES non-empty sentences, each tokenised on its own (as
-    single-text requests arrive), by `features`."""
-    chosen = [s for s in sentences if s.strip()][:CALIBRATION_SENTENCES]
+    """The first CALIBRATION_SENTENCES non-empty lines of the file `sentences`, each tokenised
+    on its own (as single-text requests arrive) by `features`."""
+    with sentences.open(encoding="utf-8") as lines:
+        chosen = list(itertools.islice(filter(None, map(str.strip, lines)), CALIBRATION_SENTENCES))
     if not chosen:
         raise ValueError("static int8 needs calibration sentences, and none were given")
     return [features([sentence]) for sentence in chosen]

@@ -39,8 +39,8 @@ def _ranks_affine(
     """
     cosines = anchor_cosines(embeddings, anchors, split=split)  # (batch, m), no gradient
     if cosines.device.type == "cpu":
-        # The ranks overwrite the cosines, a new matrix of anchor_cosines': a second one of
-        # fresh pages cost 6-7 ms per 128 x 100k (AMD EPYC Zen 4, load 0.9).
+        # The ranks overwrite the cosines (a new matrix that nothing else holds): a second
+        # matrix of fresh pages cost 6-7 ms per 128 x 100k (AMD EPYC Zen 4, load 0.9).
         ranks = cosines.to(torch.float32).contiguous().numpy()  # (batch, m)
 
         def rows(start: int, stop: int) -> None:

@@ -191,7 +191,11 @@ class Encoder:
 
     def token_counts(self, texts: list[str]) -> list[int]:
         """Tokens per text as the model's tokenizer counts them, before truncation."""
-        encoded = self.model.tokenizer(texts, add_special_tokens=True, truncation=False)
+        # verbose=False: counting a text past the model's length would otherwise log, once per
+        # tokenizer, that running it "will result in indexing errors"; every pass truncates.
+        encoded = self.model.tokenizer(
+            texts, add_special_tokens=True, truncation=False, verbose=False
+        )
         return [len(ids) for ids in encoded["input_ids"]]
 
 

@@ -135,6 +135,14 @@ def test_max_seq_length_is_configurable() -> None:
     assert short.token_counts([long_text])[0] > 8  # counted before truncation
 
 
+def test_counting_a_text_past_the_models_length_logs_no_warning(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    fresh = load_encoder(device="cpu", max_seq_length=8)  # its tokenizer has warned of nothing
+    assert fresh.token_counts(["word " * 600])[0] > 600
+    assert "sequence length is longer" not in capfd.readouterr().err + caplog.text
+
+
 def test_device_is_automatic_unless_named() -> None:
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert pick_device().type == expected

@@ -23,6 +23,7 @@ from typing import TypeVar
 
 import torch
 
+from service.background import stop_task
 from service.engine import Engine
 from service.metrics import Metrics
 
@@ -86,9 +87,7 @@ class Batcher:
 
     async def stop(self) -> None:
         if self._collector is not None:
-            self._collector.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._collector
+            await stop_task(self._collector)
         for job in self._pending:
             job.future.cancel()
         self._pending.clear()

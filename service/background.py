@@ -11,7 +11,7 @@ logger = logging.getLogger(__name__)
 
 # How long a cancelled task may take to stop before it is cancelled again: far longer than
 # any of these tasks' own clean-up (closing a Redis connection) takes.
-RECANCEL_S = 5.0
+_RECANCEL_S = 5.0
 
 
 @asynccontextmanager
@@ -27,7 +27,7 @@ async def background_task(
         await stop_task(task)
 
 
-async def stop_task(task: asyncio.Task[Any], recancel_s: float = RECANCEL_S) -> None:
+async def stop_task(task: asyncio.Task[Any], recancel_s: float = _RECANCEL_S) -> None:
     """Cancel `task` and wait until it has stopped, cancelling it again every `recancel_s`.
 
     A cancellation can be lost inside a library, and a loop that retries on the library's

@@ -11,7 +11,7 @@ def _wide_vectors() -> None:
     """Let LLVM vectorise with 512-bit registers where the CPU has AVX-512.
 
     LLVM prefers 256-bit vectors on AVX-512 CPUs (a guard against the clock drop of early
-    Xeons), and numba keeps that default. The anchor kernel (models/cpu_products.py) ran
+    Xeons), and numba keeps that default. An earlier anchor kernel (models/anchor_panels.py) ran
     1.28-1.35x faster with 512-bit ones on an Intel Xeon (medians of six processes per
     setting, alternating: 11 and 64 rows at M = 10k, 64 at M = 100k; load 0.9-1.0).
     It only applies before numba compiles its first function in the process, and never over a
@@ -26,9 +26,13 @@ def _wide_vectors() -> None:
 
 
 def compile_kernel(
-    function: Callable[..., Any], signature: str, *, fastmath: bool = False
+    function: Callable[..., Any],
+    signature: str | list[str],
+    *,
+    fastmath: bool | set[str] = False,
 ) -> Callable[..., Any] | None:
-    """`function` compiled for `signature`, releasing the GIL; None without numba.
+    """`function` compiled for `signature` (or each of a list), releasing the GIL; None
+    without numba. `fastmath`: all of numba's fast-math flags, or a set of them.
 
     Compiled eagerly, on the first call of whoever asks (half a second, or less from numba's
     on-disk cache), and never at import: only ranking code should pay for it.

@@ -1,0 +1,69 @@
+"""The anchor matrix in panels: its layout, its cache, and the kernel's sums."""
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+from models import anchor_panels
+from models.anchor_panels import WIDTH, panels_of
+from models.cpu_products import anchor_cosines
+
+pytestmark = pytest.mark.skipif(not anchor_panels.available(), reason="needs numba")
+
+
+def unit_rows(rng: np.random.Generator, rows: int, dim: int) -> torch.Tensor:
+    x = torch.from_numpy(rng.standard_normal((rows, dim), dtype=np.float32))
+    return x / x.norm(dim=1, keepdim=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_panels_hold_the_anchors_thirty_two_at_a_time_padded_with_zeros(
+    dtype: torch.dtype,
+) -> None:
+    anchors = unit_rows(np.random.default_rng(0), 70, 5).to(dtype)  # (70, 5): 3 panels
+    panels = panels_of(anchors)
+    assert panels.shape == (3, 5, WIDTH)
+    bits = anchors.view(torch.int16).numpy().view(np.uint16) if dtype == torch.bfloat16 else None
+    expected = anchors.numpy() if bits is None else bits  # (70, 5)
+    assert panels.dtype == expected.dtype
+    for j in (0, 31, 32, 69):
+        assert np.array_equal(panels[j // WIDTH, :, j % WIDTH], expected[j])
+    assert not panels[2, :, 70 - 2 * WIDTH :].any()
+
+
+def test_each_sum_runs_over_the_dimensions_in_order() -> None:
+    """The documented order: one float32 fused multiply-add per dimension, first to last,
+    which fixes every bit whatever the grouping of rows."""
+    rng = np.random.default_rng(1)
+    rows, anchors = unit_rows(rng, 13, 40), unit_rows(rng, 45, 40)
+    wide_rows, wide_anchors = rows.numpy().astype(np.float64), anchors.numpy().astype(np.float64)
+    expected = np.zeros((13, 45), dtype=np.float32)
+    for k in range(40):
+        # float64 holds a float32 product exactly, so rounding the sum to float32 is the
+        # fused multiply-add (bar a double rounding, about once in 2^29 sums).
+        exact = expected + np.outer(wide_rows[:, k], wide_anchors[:, k])  # (13, 45) float64
+        expected = exact.astype(np.float32)
+    assert torch.equal(anchor_cosines(rows, anchors), torch.from_numpy(expected))
+
+
+def test_the_panels_of_a_matrix_are_built_once_and_follow_in_place_changes() -> None:
+    rng = np.random.default_rng(2)
+    anchors, rows = unit_rows(rng, 100, 16), unit_rows(rng, 3, 16)
+    assert panels_of(anchors) is panels_of(anchors)
+    before = anchor_cosines(rows, anchors)
+    anchors[7] = -anchors[7]  # the same tensor, a new version
+    after = anchor_cosines(rows, anchors)
+    assert torch.equal(after[:, 7], -before[:, 7])
+    torch.testing.assert_close(after, rows @ anchors.T, atol=1e-6, rtol=0)
+
+
+def test_the_panels_go_with_their_matrix() -> None:
+    anchors = unit_rows(np.random.default_rng(3), 64, 8)
+    panels_of(anchors)
+    key = id(anchors)
+    assert key in anchor_panels._panels
+    del anchors
+    gc.collect()
+    assert key not in anchor_panels._panels

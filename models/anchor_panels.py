@@ -65,17 +65,17 @@ def panels_of(anchors: torch.Tensor) -> np.ndarray:
 
 
 def _build(anchors: torch.Tensor) -> np.ndarray:
-    matrix = anchors.detach().contiguous()
+    """torch makes the copy: numpy's transposing copy took 339 ms for 100k bfloat16 anchors,
+    torch's 47-55 (AMD EPYC Zen 4)."""
+    matrix = anchors.detach()
     if matrix.dtype == torch.bfloat16:
-        bits = matrix.view(torch.int16).numpy().view(np.uint16)  # (m, dim)
-    else:
-        bits = matrix.numpy()  # (m, dim) float32
-    m, dim = bits.shape
+        matrix = matrix.view(torch.int16)  # the bits: numpy has no bfloat16
+    m, dim = matrix.shape
     count = -(-m // WIDTH)
-    padded = np.zeros((count * WIDTH, dim), dtype=bits.dtype)  # (count * WIDTH, dim)
-    padded[:m] = bits
-    panels = padded.reshape(count, WIDTH, dim).transpose(0, 2, 1)  # (count, dim, WIDTH)
-    return np.ascontiguousarray(panels)
+    padded = matrix.new_zeros((count * WIDTH, dim))  # (count * WIDTH, dim)
+    padded[:m] = matrix
+    panels = padded.view(count, WIDTH, dim).transpose(1, 2).contiguous().numpy()
+    return panels.view(np.uint16) if anchors.dtype == torch.bfloat16 else panels
 
 
 def _four_rows_py(

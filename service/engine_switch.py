@@ -6,6 +6,7 @@ finishes on it. With a document index, a new encoder's index is built beside the
 and installed together with the engine, under the index's lock.
 """
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -15,6 +16,7 @@ import torch
 
 from core.store_types import CorpusSnapshot
 from models.anchors import AnchorSet
+from models.cpu_products import prepare_anchors
 from service.engine import Engine, EngineHolder
 from service.metrics import Metrics
 
@@ -47,7 +49,8 @@ class EngineSwitch:
 
     async def swap(self, engine: Engine, snapshot: CorpusSnapshot | None) -> None:
         """A hot swap (service/swap.py): the index for `engine` first, then both at once."""
-        engine = self._held(engine)  # before staging: the rank store is keyed by the anchors
+        # Before staging (the rank store is keyed by the anchors), off the event loop.
+        engine = await asyncio.to_thread(self._held, engine)
         if self.index is None:
             self._install(engine)
         else:
@@ -61,8 +64,10 @@ class EngineSwitch:
         return True
 
     def _held(self, engine: Engine) -> Engine:
-        """`engine` with its anchors in this switch's dtype: the one place they are converted."""
+        """`engine` with its anchors in this switch's dtype, the one place they are converted,
+        and ready for the CPU kernel."""
         anchors = engine.anchors.stored_as(self.anchor_dtype)
+        prepare_anchors(anchors.embeddings)
         return engine if anchors is engine.anchors else dataclasses.replace(engine, anchors=anchors)
 
     def _install(self, engine: Engine) -> None:

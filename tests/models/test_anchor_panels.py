@@ -8,7 +8,7 @@ import torch
 
 from models import anchor_panels
 from models.anchor_panels import WIDTH, panels_of
-from models.cpu_products import anchor_cosines
+from models.cpu_products import anchor_cosines, prepare_anchors
 
 pytestmark = pytest.mark.skipif(not anchor_panels.available(), reason="needs numba")
 
@@ -67,3 +67,10 @@ def test_the_panels_go_with_their_matrix() -> None:
     del anchors
     gc.collect()
     assert key not in anchor_panels._panels
+
+
+def test_preparing_a_matrix_builds_its_panels_before_any_product() -> None:
+    anchors = unit_rows(np.random.default_rng(4), 64, 8).to(torch.bfloat16)
+    prepare_anchors(anchors)
+    assert anchor_panels._panels[id(anchors)][2] is panels_of(anchors)
+    prepare_anchors(anchors.to(torch.float16))  # a dtype the kernel does not read: nothing

@@ -166,7 +166,10 @@ class SearchIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Up to k (ids, cosines) by inner product, best first: the cosine-only search."""
         with self._lock:
-            return self._candidates_locked(_as_float32(query).reshape(1, -1), k, where)
+            ids, scores, _ = self._candidates_locked(
+                _as_float32(query).reshape(1, -1), k, where, with_vectors=False
+            )
+            return ids, scores
 
     def search(
         self,
@@ -193,8 +196,7 @@ class SearchIndex:
         store = self._ranks
         if store is None or anchors_key is None or store.anchors_key != anchors_key:
             with self._lock:
-                ids, _ = self._candidates_locked(query_np, k, where)
-                vectors = self._vectors.reconstruct(ids)  # (k, dim)
+                ids, vectors = self._candidate_vectors_locked(query_np, k, where)
             return rescore(
                 query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k, exact=exact
             )
@@ -202,13 +204,13 @@ class SearchIndex:
         # and the lock is not held while it is awaited, so writes and other searches go on.
         pending = Pending(lambda: query_vectors(query, anchors)[1])
         with self._lock:
-            ids, _ = self._candidates_locked(query_np, k, where)
+            ids, vectors = self._candidate_vectors_locked(query_np, k, where)
             writes = self._writes
         query_rank = pending.result()  # (m,)
         with self._lock:
-            if self._writes != writes:  # candidates removed meanwhile are dropped
-                ids = np.array([i for i in ids.tolist() if i in self._terms], dtype=np.int64)
-            vectors = self._vectors.reconstruct(ids)  # (k, dim)
+            if self._writes != writes:  # candidates removed or replaced meanwhile are dropped
+                kept = np.array([i in self._terms for i in ids.tolist()], dtype=bool)
+                ids, vectors = ids[kept], self._vectors.reconstruct(ids[kept])
             stored = None
             store = self._ranks  # replaced meanwhile by a store for other anchors: unused
             if store is not None and store.anchors_key == anchors_key:
@@ -255,22 +257,35 @@ class SearchIndex:
     def _all_ids_locked(self) -> np.ndarray:
         return np.fromiter(self._terms, dtype=np.int64, count=len(self._terms))  # (n,)
 
-    def _candidates_locked(
+    def _candidate_vectors_locked(
         self, query: np.ndarray, k: int, where: Where
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, inner products) of up to k documents, best first, all passing `where`."""
+        """(ids, vectors (n, dim)) of _candidates_locked's documents."""
+        ids, _, vectors = self._candidates_locked(query, k, where, with_vectors=True)
+        return ids, self._vectors.reconstruct(ids) if vectors is None else vectors
+
+    def _candidates_locked(
+        self, query: np.ndarray, k: int, where: Where, *, with_vectors: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(ids, inner products, their vectors (n, dim) if asked for) of up to k documents,
+        best first, all passing `where`."""
         clause = as_filter(where)
         allowed = self._terms.allowed(clause) if clause is not None else None
         k = min(k, len(self._terms) if allowed is None else len(allowed))
         if k == 0:
-            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32)
+            empty = np.empty((0, self.dim), dtype=np.float32) if with_vectors else None
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32), empty
         if allowed is not None and len(allowed) <= k:
             # Every allowed document is a candidate: nothing to search.
             pool = _id_array(allowed)
-            scores = self._vectors.reconstruct(pool) @ query[0]  # (k,)
+            vectors = self._vectors.reconstruct(pool)  # (k, dim)
+            scores = vectors @ query[0]  # (k,)
             order = np.lexsort((pool, -scores))
-            return pool[order], scores[order]
-        return self._vectors.search(query, k, None if allowed is None else _id_array(allowed))
+            return pool[order], scores[order], vectors[order] if with_vectors else None
+        selected = None if allowed is None else _id_array(allowed)
+        if with_vectors:
+            return self._vectors.search_with_vectors(query, k, selected)
+        return (*self._vectors.search(query, k, selected), None)
 
     def _remove_locked(self, ids: np.ndarray) -> int:
         present = np.array([i for i in ids.tolist() if i in self._terms], dtype=np.int64)

@@ -7,18 +7,17 @@ in their order, fused multiply-adds, and nothing else: which rows are multiplied
 where the anchors are split between cores, cannot change a bit.
 
 The anchors are copied once into panels of 32 (m / 32 panels of (dim, 32), the last padded
-with zeros; bfloat16 anchors stay bfloat16), so the kernel runs along the anchors: per
-dimension it loads 32 anchors' values and adds them, times each of four rows, to 4 x 32
-accumulators held in registers (models/numba_intrinsics.py). The earlier kernel ran along the
-dimensions, four anchors by two rows, and summed each output's vector lanes at the end; against
-it, bfloat16 anchors at M = 10k, one thread, AMD EPYC Zen 4 (a script alternating the two,
-load 0.7-0.9): one row 0.36 ms against 0.65-0.74 (the query's rank vector), 11 rows 1.33-1.37
-against 1.61-1.62 (an exact search's verified candidates), 20 rows 2.11-2.17 against
-2.30-2.32, and in float32 1.4-1.8x at 1-20 rows. From 32 rows on, each panel is widened to
-float32 once and then multiplied, since widening it again for every four rows cost 0.82-0.87x
-the earlier kernel at 128 rows; both give the same bits. The sums round a little more than a
-sum over vector lanes would (largest error against float64 4e-6, against 6e-7), far below the
-bfloat16 rounding of the anchors themselves (4e-3 relative).
+with zeros; bfloat16 anchors stay bfloat16, widened as they are loaded), so the kernel runs
+along the anchors: per dimension it loads 32 anchors' values and adds them, times each of eight
+rows (then four, for the rest), to 8 x 32 accumulators held in registers
+(models/numba_intrinsics.py). The kernel it replaced ran along the dimensions, four anchors by
+two rows, and added up each output's vector lanes at its end. Against it, on one core, AMD EPYC
+Zen 4 (a script alternating the two, load 0.3-0.5), bfloat16 anchors at M = 10k: 11 rows (what
+an exact search verifies) 1.15 ms against 1.64, one row (a query) 0.36 against 0.41, 40 rows
+1.10x, 128 rows 0.99x; float32 1.1-2.1x from 1 to 128 rows; docs/benchmarks.md has the table.
+Each sum rounds at every step where a sum over vector lanes rounds fewer times (largest error
+against float64 4e-6 here, 6e-7 there), far below the bfloat16 rounding of the anchors
+themselves (4e-3 relative).
 
 The panels are built on first use of an anchor matrix (one pass over it) and kept while that
 tensor lives and is not modified in place: 7.7 MB for 10k bfloat16 anchors of 384 dimensions,
@@ -110,9 +109,9 @@ def _four_rows_py(
 
 
 def _eight_rows_py(rows: np.ndarray, panel: np.ndarray, out: np.ndarray, first: int) -> int:
-    """_four_rows_py's products for the rows in whole groups of eight, from a float32 panel;
-    returns the first row left. Eight rows share each load of the panel: 1.15-1.25x faster
-    than four from 40 to 128 rows (M = 10k and 100k, one script, AMD EPYC Zen 4)."""
+    """_four_rows_py's products for the rows in whole groups of eight; returns the first row
+    left. Eight rows share each load of the panel: 8 rows took 0.78 ms against 0.90 by fours,
+    11 rows 1.15 against 1.27 (bfloat16, M = 10k, one script, AMD EPYC Zen 4)."""
     count, dim = rows.shape
     width = min(WIDTH, out.shape[1] - first)
     a0 = carray(stack_float32(WIDTH), (WIDTH,))
@@ -168,7 +167,8 @@ def _signatures(template: str) -> list[str]:
 def _kernel() -> Callable[..., Any] | None:
     """The compiled product, or None without numba. Only fused multiply-adds are allowed
     (fastmath's "contract"), not reassociation: each sum keeps the order of the dimensions
-    in every compiled variant, which is what makes widening once or per pass the same bits."""
+    in every compiled variant, which is what makes eight rows or four, either dtype's panels
+    and any split of the anchors give the same bits."""
     global _four_rows, _eight_rows, as_float32, carray, stack_float32
     try:
         from models import numba_intrinsics

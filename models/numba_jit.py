@@ -11,7 +11,7 @@ def _wide_vectors() -> None:
     """Let LLVM vectorise with 512-bit registers where the CPU has AVX-512.
 
     LLVM prefers 256-bit vectors on AVX-512 CPUs (a guard against the clock drop of early
-    Xeons), and numba keeps that default. An earlier anchor kernel (models/anchor_panels.py) ran
+    Xeons), and numba keeps that default. The anchor kernel before models/anchor_panels.py ran
     1.28-1.35x faster with 512-bit ones on an Intel Xeon (medians of six processes per
     setting, alternating: 11 and 64 rows at M = 10k, 64 at M = 100k; load 0.9-1.0).
     It only applies before numba compiles its first function in the process, and never over a

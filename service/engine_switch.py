@@ -56,11 +56,12 @@ class EngineSwitch:
         else:
             await self.index.stage(engine, snapshot, lambda: self._install(engine))
 
-    def replace_anchors(self, engine: Engine, anchors: AnchorSet) -> bool:
+    async def replace_anchors(self, engine: Engine, anchors: AnchorSet) -> bool:
         """Give the live engine new anchors; only if it is still `engine` (not swapped since)."""
+        held = await asyncio.to_thread(self._held, dataclasses.replace(engine, anchors=anchors))
         if self.holder.current is not engine:
             return False
-        self._install(self._held(dataclasses.replace(engine, anchors=anchors)))
+        self._install(held)
         return True
 
     def _held(self, engine: Engine) -> Engine:

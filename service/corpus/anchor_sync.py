@@ -80,7 +80,7 @@ class AnchorSync:
             texts_checksum=record.checksum,
             encoder_checksum=engine.encoder.checksum,
         )
-        if self.switch.replace_anchors(engine, anchors):
+        if await self.switch.replace_anchors(engine, anchors):
             logger.info("anchors: %d sampled documents", anchors.count)
 
     async def _shared_record(self) -> AnchorRecord | None:

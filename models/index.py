@@ -262,7 +262,8 @@ class SearchIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """(ids, vectors (n, dim)) of _candidates_locked's documents."""
         ids, _, vectors = self._candidates_locked(query, k, where, with_vectors=True)
-        return ids, self._vectors.reconstruct(ids) if vectors is None else vectors
+        assert vectors is not None  # with_vectors: every path returns them
+        return ids, vectors
 
     def _candidates_locked(
         self, query: np.ndarray, k: int, where: Where, *, with_vectors: bool

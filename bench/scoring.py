@@ -6,22 +6,24 @@ V100. Here, in one run on this machine, for 1 and 64 pairs (128 distinct sentenc
 - Eq. 7: the same encoding, then models/scoring.py's scorer, the one /similarity calls: rank
   vectors of every distinct sentence against the M anchors, Spearman per pair, the blend;
 - rank part: the scorer alone on the same embeddings, encoding excluded;
-- the same two with the anchor matrix in bfloat16 (RANKSERVE_ANCHOR_DTYPE=bfloat16).
-The five are called in turn, so a change of load hits them alike; each row is printed as
-soon as it is measured. Before the timings, a parity check of the bfloat16 matrix on the real
-anchors (RANKSERVE_ANCHOR_* settings) and the dev sets (STS-B dev, SICK trial,
---parity-pairs of each): Spearman x 100 of the Eq. 7 scores with either matrix, and how far
-any score moved. Anchor matrices are random unit vectors (ranking cost depends on M and
-the dimension, not on content; the shipped corpus has 11,914 sentences). Nothing is allocated
-past --max-memory-mb (default 80 % of what is available at start): an M that does not fit is
-skipped, and said so.
+the last two with the anchor matrix in each format of RANKSERVE_ANCHOR_DTYPE (float32,
+bfloat16, int8: models/anchor_formats.py). The seven are called in turn, so a change of load
+hits them alike; each row is printed as soon as it is measured. Before the timings, a parity
+check of the formats on the real anchors (RANKSERVE_ANCHOR_* settings) and the dev sets (STS-B
+dev, SICK trial, --parity-pairs of each): Spearman x 100 of the Eq. 7 scores with each matrix,
+and how far any score moved from float32's. Anchor matrices are random unit vectors (ranking
+cost depends on M and the dimension, not on content; the shipped corpus has 11,914 sentences).
+Nothing is allocated past --max-memory-mb (default 80 % of what is available at start): an M
+that does not fit is skipped, and said so.
 
     python -m bench.scoring [--anchors 10000 100000] [--pairs 1 64] [--repeat 15]
                             [--max-memory-mb MB] [--parity-pairs 400]
 """
 
 import argparse
+import functools
 import os
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -31,8 +33,9 @@ from bench.timing import interleaved_ms, percentile
 from core.backend_choice import dev_parity_set
 from core.loading import settings_anchors
 from core.settings import DATA_DIR, get_settings
+from models.anchor_formats import FORMATS
 from models.anchors import AnchorSet, read_sentences
-from models.cpu_products import pair_dots
+from models.cpu_products import pair_dots, prepare_anchors
 from models.encoder import Encoder, load_encoder
 from models.evaluation.sts import spearman_x100
 from models.ordinal_ranks import method
@@ -40,10 +43,16 @@ from models.ranking import warm_up
 from models.scoring import distinct_texts, score_embedded_pairs
 
 COLUMNS = (
-    "M", "pairs", "cosine p50 ms", "Eq. 7 p50 ms", "Eq. 7 / cosine", "cosine p90 ms",
-    "Eq. 7 p90 ms", "rank part p50 ms (encoding excluded)", "bf16 anchors: Eq. 7 p50 ms",
-    "bf16: Eq. 7 / cosine", "bf16: rank part p50 ms",
-)  # fmt: skip
+    "M",
+    "pairs",
+    "cosine p50 ms",
+    "cosine p90 ms",
+    *(
+        f"{name}: {what}"
+        for name in FORMATS
+        for what in ("Eq. 7 p50 ms", "Eq. 7 / cosine", "rank part p50 ms (encoding excluded)")
+    ),
+)
 
 
 def row(*cells: object) -> None:
@@ -103,64 +112,59 @@ def measure(encoder, anchors: AnchorSet, sentences: list[str], n: int, repeat: i
         embeddings = encoder.encode(unique)  # (u, dim)
         return pair_dots(embeddings, left_t, right_t)
 
-    def eq7() -> torch.Tensor:
+    def eq7(held: AnchorSet) -> torch.Tensor:
         embeddings = encoder.encode(unique)
-        return score_embedded_pairs(embeddings, anchors, left, right).blended()
+        return score_embedded_pairs(embeddings, held, left, right).blended()
 
-    def rank_part() -> torch.Tensor:
-        return score_embedded_pairs(embedded, anchors, left, right).blended()
+    def rank_part(held: AnchorSet) -> torch.Tensor:
+        return score_embedded_pairs(embedded, held, left, right).blended()
 
-    half = anchors.stored_as(torch.bfloat16)
-
-    def eq7_bf16() -> torch.Tensor:
-        embeddings = encoder.encode(unique)
-        return score_embedded_pairs(embeddings, half, left, right).blended()
-
-    def rank_part_bf16() -> torch.Tensor:
-        return score_embedded_pairs(embedded, half, left, right).blended()
-
-    paths = {
-        "cosine": cosine, "eq7": eq7, "rank": rank_part, "eq7_bf16": eq7_bf16,
-        "rank_bf16": rank_part_bf16,
-    }  # fmt: skip
+    paths: dict[str, Callable[[], torch.Tensor]] = {"cosine": cosine}
+    for name in FORMATS:
+        held = anchors.stored_as(name)
+        prepare_anchors(held.embeddings)
+        paths[f"eq7 {name}"] = functools.partial(eq7, held)
+        paths[f"rank {name}"] = functools.partial(rank_part, held)
     samples = interleaved_ms(paths, repeat=repeat)
-    b50 = percentile(samples["eq7_bf16"], 50)
-    c50, e50 = percentile(samples["cosine"], 50), percentile(samples["eq7"], 50)
-    row(
-        f"{anchors.count:,}",
-        n,
-        f"{c50:.2f}",
-        f"{e50:.2f}",
-        f"{e50 / c50:.3f}x",
-        f"{percentile(samples['cosine'], 90):.2f}",
-        f"{percentile(samples['eq7'], 90):.2f}",
-        f"{percentile(samples['rank'], 50):.2f}",
-        f"{b50:.2f}",
-        f"{b50 / c50:.3f}x",
-        f"{percentile(samples['rank_bf16'], 50):.2f}",
-    )
+    c50 = percentile(samples["cosine"], 50)
+    cells = [f"{anchors.count:,}", n, f"{c50:.2f}", f"{percentile(samples['cosine'], 90):.2f}"]
+    for name in FORMATS:
+        e50 = percentile(samples[f"eq7 {name}"], 50)
+        cells += [
+            f"{e50:.2f}",
+            f"{e50 / c50:.3f}x",
+            f"{percentile(samples[f'rank {name}'], 50):.2f}",
+        ]
+    row(*cells)
 
 
 def anchor_parity(encoder: Encoder, max_pairs: int) -> None:
-    """Eq. 7 on the dev pairs with the real anchors in float32 and in bfloat16: Spearman x 100
-    per task against the gold scores, and the largest change of any pair's score."""
+    """Eq. 7 on the dev pairs with the real anchors in each format: Spearman x 100 per task
+    against the gold scores, and the largest change of any pair's score from float32's."""
     settings = get_settings()
     anchors = settings_anchors(settings, encoder)
-    half = anchors.stored_as(torch.bfloat16)
     dev = dev_parity_set(settings, max_pairs)
     embeddings = encoder.encode(dev.texts)  # (texts, dim)
-    for name, left, right, gold in dev.tasks:
-        scores = {}
-        for label, held in (("float32", anchors), ("bfloat16", half)):
-            pairs = score_embedded_pairs(embeddings, held, left.tolist(), right.tolist())
-            scores[label] = pairs.blended(settings.lambda_inf).numpy()
-        moved = float(np.abs(scores["bfloat16"] - scores["float32"]).max())
+    for task, left, right, gold in dev.tasks:
+        scores = {
+            name: score_embedded_pairs(
+                embeddings, anchors.stored_as(name), left.tolist(), right.tolist()
+            )
+            .blended(settings.lambda_inf)
+            .numpy()
+            for name in FORMATS
+        }
+        spearman = ", ".join(
+            f"{spearman_x100(gold, scores[name]):.2f} ({name})" for name in FORMATS
+        )
+        moved = ", ".join(
+            f"{float(np.abs(scores[name] - scores['float32']).max()):.1e} ({name})"
+            for name in FORMATS[1:]
+        )
         print(
-            f"parity of bfloat16 anchors, {name} ({len(left)} pairs, M={anchors.count:,}, "
-            f"lambda {settings.lambda_inf}): Spearman x 100 "
-            f"{spearman_x100(gold, scores['float32']):.2f} (float32) vs "
-            f"{spearman_x100(gold, scores['bfloat16']):.2f} (bfloat16), "
-            f"largest score change {moved:.1e}",
+            f"parity of the anchor formats, {task} ({len(left)} pairs, M={anchors.count:,}, "
+            f"lambda {settings.lambda_inf}): Spearman x 100 {spearman}; largest score change "
+            f"from float32 {moved}",
             flush=True,
         )
 

@@ -40,6 +40,7 @@ import torch
 from bench.memory import MB, Budget, exact_rss_accounting, rss_bytes, settle
 from bench.timing import percentile, say
 from core.settings import Settings
+from models.anchor_formats import FORMATS, hold
 from models.index import IndexConfig, SearchIndex
 from models.ordinal_ranks import method
 from models.rank_store import RankStore
@@ -103,7 +104,7 @@ def main() -> None:
     parser.add_argument("--bits", type=int, choices=(8, 4), default=8)
     parser.add_argument("--threads", type=int, default=None, help="torch threads; default: own")
     parser.add_argument(
-        "--anchor-dtype", choices=("float32", "bfloat16"),
+        "--anchor-dtype", choices=FORMATS,
         default=Settings.model_fields["anchor_dtype"].default,
         help="how the anchor matrix is held (RANKSERVE_ANCHOR_DTYPE; default: its default)",
     )  # fmt: skip
@@ -128,7 +129,7 @@ def main() -> None:
     centres = rng.standard_normal((CLUSTERS, DIM), dtype=np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
     anchors = torch.from_numpy(clustered_unit_vectors(args.anchors, rng, centres))  # (m, dim)
-    anchors = anchors.to(getattr(torch, args.anchor_dtype))
+    anchors = hold(anchors, args.anchor_dtype)
     queries = clustered_unit_vectors(args.queries, rng, centres)  # (q, dim)
     row(*COLUMNS)
     row(*["---"] * len(COLUMNS))

@@ -7,10 +7,11 @@ in their order, fused multiply-adds, and nothing else: which rows are multiplied
 where the anchors are split between cores, cannot change a bit.
 
 The anchors are copied once into panels of 32 (m / 32 panels of (dim, 32), the last padded
-with zeros; bfloat16 anchors stay bfloat16, widened as they are loaded), so the kernel runs
-along the anchors: per dimension it loads 32 anchors' values and adds them, times each of eight
-rows (then four, for the rest), to 8 x 32 accumulators held in registers
-(models/numba_intrinsics.py). The kernel it replaced ran along the dimensions, four anchors by
+with zeros; bfloat16 anchors stay bfloat16, widened as they are loaded, and anchors on the
+int8 grid of models/anchor_formats.py go in as int8, each sum times the anchor's power of two
+at its end), so the kernel runs along the anchors: per dimension it loads 32 anchors' values
+and adds them, times each of eight rows (then four or two, for the rest), to 8 x 32
+accumulators held in registers (models/numba_intrinsics.py). The kernel it replaced ran along the dimensions, four anchors by
 two rows, and added up each output's vector lanes at its end. Against it, on one core, AMD EPYC
 Zen 4 (a script alternating the two, load 0.3-0.5), bfloat16 anchors at M = 10k: 11 rows (what
 an exact search verifies) 1.15 ms against 1.64, one row (a query) 0.36 against 0.41, 40 rows
@@ -21,37 +22,44 @@ themselves (4e-3 relative).
 
 The panels are built on first use of an anchor matrix (one pass over it) and kept while that
 tensor lives and is not modified in place: 7.7 MB for 10k bfloat16 anchors of 384 dimensions,
-77 MB at 100k, beside the matrix itself.
+77 MB at 100k, half that on the int8 grid, beside the matrix itself.
 """
 
 import functools
 import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from models.anchor_formats import int8_grid
 from models.numba_jit import compile_kernel
 
 WIDTH = 32  # anchors per panel: two 512-bit registers of float32
 
 # Bound by _kernel: numba resolves what a kernel calls among the module's globals when it
 # compiles the kernel, and numba is imported only then (models/numba_jit.py).
+_two_rows: Any = None
 _four_rows: Any = None  # the compiled _four_rows_py
 _eight_rows: Any = None  # the compiled _eight_rows_py
 as_float32: Any = None
 carray: Any = None
 stack_float32: Any = None
-_panels: dict[int, tuple[weakref.ref[torch.Tensor], int, np.ndarray]] = {}
+_panels: dict[int, tuple[weakref.ref[torch.Tensor], int, "Panels"]] = {}
 _lock = threading.Lock()
 
 
-def panels_of(anchors: torch.Tensor) -> np.ndarray:
-    """The anchors (m, dim) in panels (m / WIDTH, dim, WIDTH): float32, or bfloat16's bits as
-    uint16. Built once per tensor (CPU, float32 or bfloat16) and version of it; an inference
-    tensor has no version, and none can change it outside inference mode."""
+class Panels(NamedTuple):
+    values: np.ndarray  # (count, dim, WIDTH): float32, bfloat16's bits as uint16, or int8
+    scales: np.ndarray  # (count, WIDTH) float32: each anchor's 2**e on the int8 grid, else 1
+
+
+def panels_of(anchors: torch.Tensor) -> Panels:
+    """The anchors (m, dim) in panels. Built once per tensor (CPU, float32 or bfloat16) and
+    version of it; an inference tensor has no version, and none can change it outside
+    inference mode."""
     key = id(anchors)
     version = -1 if anchors.is_inference() else anchors._version
     with _lock:  # one build at a time: at M = 100k a second copy would be 77 MB more
@@ -63,26 +71,60 @@ def panels_of(anchors: torch.Tensor) -> np.ndarray:
         return panels
 
 
-def _build(anchors: torch.Tensor) -> np.ndarray:
-    """torch makes the copy: numpy's transposing copy took 339 ms for 100k bfloat16 anchors,
-    torch's 47-55 (AMD EPYC Zen 4)."""
+def _build(anchors: torch.Tensor) -> Panels:
+    """Anchors on their int8 grid (models/anchor_formats.py) go in as int8, at half the bytes
+    of bfloat16. torch makes the copy: numpy's transposing copy took 339 ms for 100k bfloat16
+    anchors, torch's 47-55 (AMD EPYC Zen 4)."""
     matrix = anchors.detach()
-    if matrix.dtype == torch.bfloat16:
-        matrix = matrix.view(torch.int16)  # the bits: numpy has no bfloat16
     m, dim = matrix.shape
+    scales = torch.ones(m)  # (m,)
+    grid = int8_grid(matrix)
+    if grid is not None:
+        matrix, scales = grid
+    elif matrix.dtype == torch.bfloat16:
+        matrix = matrix.view(torch.int16)  # the bits: numpy has no bfloat16
     count = -(-m // WIDTH)
     padded = matrix.new_zeros((count * WIDTH, dim))  # (count * WIDTH, dim)
     padded[:m] = matrix
-    panels = padded.view(count, WIDTH, dim).transpose(1, 2).contiguous().numpy()
-    return panels.view(np.uint16) if anchors.dtype == torch.bfloat16 else panels
+    values = padded.view(count, WIDTH, dim).transpose(1, 2).contiguous().numpy()
+    if values.dtype == np.int16:
+        values = values.view(np.uint16)
+    padded_scales = torch.ones(count * WIDTH)  # (count * WIDTH,)
+    padded_scales[:m] = scales
+    return Panels(values, padded_scales.view(count, WIDTH).numpy())
+
+
+def _two_rows_py(
+    rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int, begin: int
+) -> None:
+    """_four_rows_py by twos: one or two rows (a query, a pair) took 0.27-0.31 ms against
+    0.31-0.34 ms by fours, 0.86-0.94 against 0.95-1.05 with the matrix out of the caches
+    (bfloat16, M = 10k, one script, Intel Xeon with AMX)."""
+    count, dim = rows.shape
+    width = min(WIDTH, out.shape[1] - first)
+    a0 = carray(stack_float32(WIDTH), (WIDTH,))
+    a1 = carray(stack_float32(WIDTH), (WIDTH,))
+    for i in range(begin, count, 2):
+        i1 = min(i + 1, count - 1)
+        for lane in range(WIDTH):
+            a0[lane] = a1[lane] = 0.0
+        for k in range(dim):
+            x0, x1 = rows[i, k], rows[i1, k]
+            for lane in range(WIDTH):
+                anchor = as_float32(panel[k, np.uint64(lane)])
+                a0[lane] += x0 * anchor
+                a1[lane] += x1 * anchor
+        for lane in range(width):
+            column = first + lane
+            out[i, column], out[i1, column] = a0[lane] * scale[lane], a1[lane] * scale[lane]
 
 
 def _four_rows_py(
-    rows: np.ndarray, panel: np.ndarray, out: np.ndarray, first: int, begin: int
+    rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int, begin: int
 ) -> None:
     """out[begin:, first:first + WIDTH] = rows[begin:] (r, dim) . the anchors of one panel
-    (dim, WIDTH), four rows per pass, a short last group repeating its last row; the columns
-    past out's are not written."""
+    (dim, WIDTH) times their scales (WIDTH,), four rows per pass, a short last group repeating
+    its last row; the columns past out's are not written."""
     count, dim = rows.shape
     width = min(WIDTH, out.shape[1] - first)
     a0 = carray(stack_float32(WIDTH), (WIDTH,))
@@ -103,12 +145,14 @@ def _four_rows_py(
                 a2[lane] += x2 * anchor
                 a3[lane] += x3 * anchor
         for lane in range(width):
-            column = first + lane
-            out[i, column], out[i1, column] = a0[lane], a1[lane]
-            out[i2, column], out[i3, column] = a2[lane], a3[lane]
+            column, factor = first + lane, scale[lane]
+            out[i, column], out[i1, column] = a0[lane] * factor, a1[lane] * factor
+            out[i2, column], out[i3, column] = a2[lane] * factor, a3[lane] * factor
 
 
-def _eight_rows_py(rows: np.ndarray, panel: np.ndarray, out: np.ndarray, first: int) -> int:
+def _eight_rows_py(
+    rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int
+) -> int:
     """_four_rows_py's products for the rows in whole groups of eight; returns the first row
     left. Eight rows share each load of the panel: 8 rows took 0.78 ms against 0.90 by fours,
     11 rows 1.15 against 1.27 (bfloat16, M = 10k, one script, AMD EPYC Zen 4)."""
@@ -141,26 +185,35 @@ def _eight_rows_py(rows: np.ndarray, panel: np.ndarray, out: np.ndarray, first: 
                 a6[lane] += x6 * anchor
                 a7[lane] += x7 * anchor
         for lane in range(width):
-            column = first + lane
-            out[i, column], out[i + 1, column] = a0[lane], a1[lane]
-            out[i + 2, column], out[i + 3, column] = a2[lane], a3[lane]
-            out[i + 4, column], out[i + 5, column] = a4[lane], a5[lane]
-            out[i + 6, column], out[i + 7, column] = a6[lane], a7[lane]
+            column, factor = first + lane, scale[lane]
+            out[i, column], out[i + 1, column] = a0[lane] * factor, a1[lane] * factor
+            out[i + 2, column], out[i + 3, column] = a2[lane] * factor, a3[lane] * factor
+            out[i + 4, column], out[i + 5, column] = a4[lane] * factor, a5[lane] * factor
+            out[i + 6, column], out[i + 7, column] = a6[lane] * factor, a7[lane] * factor
     return whole
 
 
 def _panel_cosines_py(
-    rows: np.ndarray, panels: np.ndarray, out: np.ndarray, start: int, stop: int
+    rows: np.ndarray,
+    panels: np.ndarray,
+    scales: np.ndarray,
+    out: np.ndarray,
+    start: int,
+    stop: int,
 ) -> None:
     """out[:, start:stop] = rows (r, dim) . anchors[start:stop]^T, from their panels
-    (count, dim, WIDTH); `start` is a multiple of WIDTH."""
+    (count, dim, WIDTH) and scales (count, WIDTH); `start` is a multiple of WIDTH."""
     for p in range(start // WIDTH, -(-stop // WIDTH)):
-        panel = panels[p]
-        _four_rows(rows, panel, out, p * WIDTH, _eight_rows(rows, panel, out, p * WIDTH))
+        panel, scale, first = panels[p], scales[p], p * WIDTH
+        begin = _eight_rows(rows, panel, scale, out, first)
+        if rows.shape[0] - begin > 2:
+            _four_rows(rows, panel, scale, out, first, begin)
+        else:
+            _two_rows(rows, panel, scale, out, first, begin)
 
 
 def _signatures(template: str) -> list[str]:
-    return [template.format(anchors=anchors) for anchors in ("uint16", "float32")]
+    return [template.format(anchors=anchors) for anchors in ("uint16", "float32", "int8")]
 
 
 @functools.cache
@@ -169,7 +222,7 @@ def _kernel() -> Callable[..., Any] | None:
     (fastmath's "contract"), not reassociation: each sum keeps the order of the dimensions
     in every compiled variant, which is what makes eight rows or four, either dtype's panels
     and any split of the anchors give the same bits."""
-    global _four_rows, _eight_rows, as_float32, carray, stack_float32
+    global _two_rows, _four_rows, _eight_rows, as_float32, carray, stack_float32
     try:
         from models import numba_intrinsics
     except ImportError:
@@ -177,19 +230,25 @@ def _kernel() -> Callable[..., Any] | None:
     as_float32, carray = numba_intrinsics.as_float32, numba_intrinsics.carray
     stack_float32 = numba_intrinsics.stack_float32
     flags = {"contract"}
+    rows, scale = "float32[:, ::1]", "float32[::1]"
+    _two_rows = compile_kernel(
+        _two_rows_py,
+        _signatures(f"void({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64, int64)"),
+        fastmath=flags,
+    )
     _four_rows = compile_kernel(
         _four_rows_py,
-        _signatures("void(float32[:, ::1], {anchors}[:, ::1], float32[:, ::1], int64, int64)"),
+        _signatures(f"void({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64, int64)"),
         fastmath=flags,
     )
     _eight_rows = compile_kernel(
         _eight_rows_py,
-        _signatures("int64(float32[:, ::1], {anchors}[:, ::1], float32[:, ::1], int64)"),
+        _signatures(f"int64({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64)"),
         fastmath=flags,
     )
     return compile_kernel(
         _panel_cosines_py,
-        _signatures("void(float32[:, ::1], {anchors}[:, :, ::1], float32[:, ::1], int64, int64)"),
+        _signatures(f"void({rows}, {{anchors}}[:, :, ::1], float32[:, ::1], {rows}, int64, int64)"),
         fastmath=flags,
     )
 
@@ -198,11 +257,9 @@ def available() -> bool:
     return _kernel() is not None
 
 
-def panel_cosines(
-    rows: np.ndarray, panels: np.ndarray, out: np.ndarray, start: int, stop: int
-) -> None:
+def panel_cosines(rows: np.ndarray, panels: Panels, out: np.ndarray, start: int, stop: int) -> None:
     """out[:, start:stop] = rows (r, dim) float32 . the anchors of panels_of (columns start to
     stop; start a multiple of WIDTH). Needs numba (`available`)."""
     kernel = _kernel()
     assert kernel is not None, "panel_cosines needs numba"
-    kernel(rows, panels, out, start, stop)
+    kernel(rows, panels.values, panels.scales, out, start, stop)

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from models.anchor_formats import hold
 from models.atomic import save_npy
 from models.cache_paths import CachePaths
 from models.checksums import sha256_texts
@@ -68,11 +69,11 @@ class AnchorSet:
             f"{self.encoder_checksum[:16]}-{self.texts_checksum[:16]}-m{self.count}-{digest[:16]}"
         )
 
-    def stored_as(self, dtype: torch.dtype) -> "AnchorSet":
-        """These anchors with the matrix held in `dtype` (a new key: rank stores follow)."""
-        if self.embeddings.dtype == dtype:
-            return self
-        return dataclasses.replace(self, embeddings=self.embeddings.to(dtype))
+    def stored_as(self, name: str) -> "AnchorSet":
+        """These anchors with the matrix held in the format `name` (RANKSERVE_ANCHOR_DTYPE,
+        models/anchor_formats.py); a new key, so rank stores follow."""
+        held = hold(self.embeddings, name)
+        return self if held is self.embeddings else dataclasses.replace(self, embeddings=held)
 
     def rank_vectors(self, embeddings: torch.Tensor) -> torch.Tensor:
         """Normalised rank vectors (Eq. 2-3) of unit embeddings against these anchors."""

@@ -12,8 +12,6 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-import torch
-
 from core.store_types import CorpusSnapshot
 from models.anchors import AnchorSet
 from models.cpu_products import prepare_anchors
@@ -36,7 +34,7 @@ class EngineSwitch:
         self.holder = holder
         self.metrics = metrics
         # How every engine it installs holds its anchors (RANKSERVE_ANCHOR_DTYPE).
-        self.anchor_dtype: torch.dtype = getattr(torch, anchor_dtype)
+        self.anchor_dtype = anchor_dtype
         self.index: IndexStager | None = None  # set by the corpus component
 
     def first(self, engine: Engine) -> None:

@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-import torch
 
 from core.settings import DATA_DIR, Settings
 from models.anchors import AnchorSet, load_anchor_set
@@ -32,4 +31,4 @@ def anchors(encoder: Encoder, anchor_cache: Path) -> AnchorSet:
 def served(anchors: AnchorSet) -> AnchorSet:
     """The anchors as a test's API holds them (RANKSERVE_ANCHOR_DTYPE), for references computed
     from the definitions: Eq. 7 is exact against the matrix it is served with."""
-    return anchors.stored_as(getattr(torch, Settings().anchor_dtype))
+    return anchors.stored_as(Settings().anchor_dtype)

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from models import anchor_panels
-from models.anchor_panels import WIDTH, panels_of
+from models.anchor_formats import hold, int8_grid
+from models.anchor_panels import WIDTH, Panels, panel_cosines, panels_of
 from models.cpu_products import anchor_cosines, prepare_anchors
 
 pytestmark = pytest.mark.skipif(not anchor_panels.available(), reason="needs numba")
@@ -23,7 +24,7 @@ def test_panels_hold_the_anchors_thirty_two_at_a_time_padded_with_zeros(
     dtype: torch.dtype,
 ) -> None:
     anchors = unit_rows(np.random.default_rng(0), 70, 5).to(dtype)  # (70, 5): 3 panels
-    panels = panels_of(anchors)
+    panels = panels_of(anchors).values
     assert panels.shape == (3, 5, WIDTH)
     bits = anchors.view(torch.int16).numpy().view(np.uint16) if dtype == torch.bfloat16 else None
     expected = anchors.numpy() if bits is None else bits  # (70, 5)
@@ -33,17 +34,18 @@ def test_panels_hold_the_anchors_thirty_two_at_a_time_padded_with_zeros(
     assert not panels[2, :, 70 - 2 * WIDTH :].any()
 
 
-def test_each_sum_runs_over_the_dimensions_in_order() -> None:
+@pytest.mark.parametrize("count", [1, 2, 9, 13])  # by twos, by eights and twos, eights and fours
+def test_each_sum_runs_over_the_dimensions_in_order(count: int) -> None:
     """The documented order: one float32 fused multiply-add per dimension, first to last,
     which fixes every bit whatever the grouping of rows."""
     rng = np.random.default_rng(1)
-    rows, anchors = unit_rows(rng, 13, 40), unit_rows(rng, 45, 40)
+    rows, anchors = unit_rows(rng, count, 40), unit_rows(rng, 45, 40)
     wide_rows, wide_anchors = rows.numpy().astype(np.float64), anchors.numpy().astype(np.float64)
-    expected = np.zeros((13, 45), dtype=np.float32)
+    expected = np.zeros((count, 45), dtype=np.float32)
     for k in range(40):
         # float64 holds a float32 product exactly, so rounding the sum to float32 is the
         # fused multiply-add (bar a double rounding, about once in 2^29 sums).
-        exact = expected + np.outer(wide_rows[:, k], wide_anchors[:, k])  # (13, 45) float64
+        exact = expected + np.outer(wide_rows[:, k], wide_anchors[:, k])  # (count, 45) float64
         expected = exact.astype(np.float32)
     assert torch.equal(anchor_cosines(rows, anchors), torch.from_numpy(expected))
 
@@ -74,3 +76,26 @@ def test_preparing_a_matrix_builds_its_panels_before_any_product() -> None:
     prepare_anchors(anchors)
     assert anchor_panels._panels[id(anchors)][2] is panels_of(anchors)
     prepare_anchors(anchors.to(torch.float16))  # a dtype the kernel does not read: nothing
+
+
+def test_anchors_on_the_int8_grid_are_read_at_a_byte_a_value_with_the_same_bits() -> None:
+    rng = np.random.default_rng(5)
+    held = hold(unit_rows(rng, 70, 48), "int8")  # (70, 48) bfloat16 on the grid
+    rows = unit_rows(rng, 11, 48)
+    panels = panels_of(held)
+    assert panels.values.dtype == np.int8
+    q, scales = int8_grid(held)  # type: ignore[misc]
+    assert np.array_equal(panels.values[1, :, 3], q[WIDTH + 3].numpy())
+    assert panels.scales[1, 3] == scales[WIDTH + 3] and panels.scales[2, 70 - 2 * WIDTH] == 1
+    bits = held.view(torch.int16).numpy().view(np.uint16)  # the same matrix as bfloat16 panels
+    wide = np.zeros((3 * WIDTH, 48), dtype=np.uint16)
+    wide[:70] = bits
+    bfloat16_panels = Panels(
+        np.ascontiguousarray(wide.reshape(3, WIDTH, 48).transpose(0, 2, 1)),
+        np.ones((3, WIDTH), dtype=np.float32),
+    )
+    one_byte, two_bytes = np.empty((11, 70), np.float32), np.empty((11, 70), np.float32)
+    panel_cosines(rows.numpy(), panels, one_byte, 0, 70)
+    panel_cosines(rows.numpy(), bfloat16_panels, two_bytes, 0, 70)
+    assert np.array_equal(one_byte, two_bytes)
+    torch.testing.assert_close(torch.from_numpy(one_byte), rows @ held.float().T, atol=1e-6, rtol=0)

@@ -49,7 +49,7 @@ def test_search_scores_are_eq7_against_the_bfloat16_anchors(
         body = client.post(
             "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": 1.0}
         ).json()
-    held = engine.anchors.stored_as(torch.bfloat16)
+    held = engine.anchors.stored_as("bfloat16")
     reference = brute_force(engine.encoder, held, sentences, QUERY, 1.0)
     scores = np.array([hit["score"] for hit in body["hits"]])
     np.testing.assert_allclose(scores, np.sort(reference)[::-1][:10], atol=1e-5)
@@ -60,7 +60,7 @@ def test_similarity_is_eq7_against_the_bfloat16_anchors(server: Server, engine: 
     with api(server) as client:
         body = client.post("/similarity", json={"pairs": [pair], "lambda": 0.5}).json()
     embeddings = engine.encoder.encode(pair)  # (2, dim)
-    ranks = engine.anchors.stored_as(torch.bfloat16).rank_vectors(embeddings)  # (2, m)
+    ranks = engine.anchors.stored_as("bfloat16").rank_vectors(embeddings)  # (2, m)
     expected = blend(embeddings[0] @ embeddings[1], ranks[0] @ ranks[1], 0.5)
     assert body["scores"][0]["score"] == pytest.approx(float(expected), abs=1e-5)
     fp32 = engine.anchors.rank_vectors(embeddings)

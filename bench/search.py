@@ -26,7 +26,7 @@ Encoding the query is not included (see bench.scoring).
 
     python -m bench.search [--sizes 10000 100000 1000000] [--queries 100] [--anchors 10000]
                            [--nprobe 32] [--bits 8] [--threads T] [--max-memory-mb MB]
-                           [--anchor-dtype float32|bfloat16]
+                           [--anchor-dtype float32|bfloat16|int8]
 """
 
 import argparse

@@ -50,12 +50,13 @@ class Settings(BaseSettings):
     anchor_corpus: Path = DATA_DIR / "corpus" / "wiki-sentences.txt"
     anchor_count: int | None = Field(default=10_000, ge=2, description="None = whole corpus")
     anchor_seed: int | None = Field(default=None, description="None = first M, else seeded sample")
-    # How the API holds the anchor matrix (models/anchor_formats.py). bfloat16 halves its
-    # memory and the bytes every rank vector reads (models/cpu_products.py), which multiplies
-    # it in float32; on the whole of STS-B dev and SICK trial it moved no Eq. 7 score (lambda
-    # 0.1) by more than 8.3e-6 and Spearman not at all. int8 halves the bytes read again.
-    # bench.scoring checks and measures each (docs/search.md).
-    anchor_dtype: Literal["float32", "bfloat16", "int8"] = "bfloat16"
+    # How the API holds the anchor matrix (models/anchor_formats.py). The CPU kernel reads
+    # int8 at a quarter of float32's bytes (bfloat16 at half) and multiplies in float32; on
+    # the whole of STS-B dev and SICK trial int8 moved no Eq. 7 score (lambda 0.1) by more than
+    # 4.6e-5 (bfloat16 8.3e-6) and Spearman not at all, and one pair's rank part at M = 10k
+    # took 0.74-0.79 ms against 0.99-1.08 in bfloat16. bench.scoring checks and measures each
+    # (docs/search.md).
+    anchor_dtype: Literal["float32", "bfloat16", "int8"] = "int8"
     lambda_inf: float = Field(
         default=DEFAULT_LAMBDA_INF, ge=0.0, le=1.0, description="Eq. 7 weight"
     )

@@ -11,11 +11,12 @@ with zeros; bfloat16 anchors stay bfloat16, widened as they are loaded, and anch
 int8 grid of models/anchor_formats.py go in as int8, each sum times the anchor's power of two
 at its end), so the kernel runs along the anchors: per dimension it loads 32 anchors' values
 and adds them, times each of eight rows (then four or two, for the rest), to 8 x 32
-accumulators held in registers (models/numba_intrinsics.py). The kernel it replaced ran along the dimensions, four anchors by
-two rows, and added up each output's vector lanes at its end. Against it, on one core, AMD EPYC
-Zen 4 (a script alternating the two, load 0.3-0.5), bfloat16 anchors at M = 10k: 11 rows (what
-an exact search verifies) 1.15 ms against 1.64, one row (a query) 0.36 against 0.41, 40 rows
-1.10x, 128 rows 0.99x; float32 1.1-2.1x from 1 to 128 rows; docs/benchmarks.md has the table.
+accumulators held in registers (models/numba_intrinsics.py). The kernel it replaced ran along
+the dimensions, four anchors by two rows, and added up each output's vector lanes at its end.
+Against it, on one core, AMD EPYC Zen 4 (a script alternating the two, load 0.3-0.5),
+bfloat16 anchors at M = 10k: 11 rows (what an exact search verifies) 1.15 ms against 1.64, one
+row (a query) 0.36 against 0.41, 40 rows 1.10x, 128 rows 0.99x; float32 1.1-2.1x from 1 to
+128 rows; docs/benchmarks.md has the table.
 Each sum rounds at every step where a sum over vector lanes rounds fewer times (largest error
 against float64 4e-6 here, 6e-7 there), far below the bfloat16 rounding of the anchors
 themselves (4e-3 relative).

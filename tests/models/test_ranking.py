@@ -212,9 +212,10 @@ def test_pair_dots_are_the_gathered_products(width: int) -> None:
     assert pair_dots(matrix, left[:0], right[:0]).shape == (0,)
 
 
+@pytest.mark.parametrize("width", [4, 20000])  # 20000: each half on its own core
 @pytest.mark.parametrize("left", [[0, 9], [-1, 0]])
-def test_pair_dots_refuse_a_row_that_is_not_there(left: list[int]) -> None:
-    matrix = torch.ones(9, 4)
+def test_pair_dots_refuse_a_row_that_is_not_there(left: list[int], width: int) -> None:
+    matrix = torch.ones(9, width)
     with pytest.raises(IndexError, match="out of range"):
         pair_dots(matrix, torch.tensor(left), torch.tensor([0, 1]))
 

@@ -1,5 +1,5 @@
-"""RANKSERVE_ANCHOR_DTYPE=bfloat16: the API holds the anchor matrix in bfloat16, and every
-score, searched or paired, is Eq. 7 against that matrix's values."""
+"""RANKSERVE_ANCHOR_DTYPE=bfloat16 or int8 (the default): the API holds the anchor matrix in
+that format, and every score, searched or paired, is Eq. 7 against that matrix's values."""
 
 from collections.abc import Iterator
 
@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.anchor_formats import hold
 from models.ranking import blend
 from service.engine import Engine
 from tests.service.conftest import Server
@@ -20,13 +21,21 @@ def sentences() -> list[str]:
     return sick_sentences(40)
 
 
+@pytest.fixture(scope="module", params=["bfloat16", "int8"])
+def anchor_format(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def server(
-    engine: Engine, tmp_path_factory: pytest.TempPathFactory, sentences: list[str]
+    engine: Engine,
+    tmp_path_factory: pytest.TempPathFactory,
+    sentences: list[str],
+    anchor_format: str,
 ) -> Iterator[Server]:
-    var_dir = tmp_path_factory.mktemp("bf16-var")
+    var_dir = tmp_path_factory.mktemp(f"{anchor_format}-var")
     with corpus_server(
-        engine, var_dir, precomputed_ranks="8bit", anchor_dtype="bfloat16"
+        engine, var_dir, precomputed_ranks="8bit", anchor_dtype=anchor_format
     ) as running:
         documents = [{"id": f"s{i:02d}", "text": text} for i, text in enumerate(sentences)]
         with api(running) as client:
@@ -34,33 +43,36 @@ def server(
         yield running
 
 
-def test_the_live_engine_holds_its_anchors_in_bfloat16(server: Server, engine: Engine) -> None:
+def test_the_live_engine_holds_its_anchors_in_that_format(
+    server: Server, engine: Engine, anchor_format: str
+) -> None:
     live = server.services.holder.current
-    assert live.anchors.embeddings.dtype == torch.bfloat16
-    assert torch.equal(live.anchors.embeddings, engine.anchors.embeddings.to(torch.bfloat16))
-    assert live.anchors.key != engine.anchors.key  # rank stores are not shared across dtypes
+    assert live.anchors.embeddings.dtype == torch.bfloat16  # int8's grid too, exactly
+    assert torch.equal(live.anchors.embeddings, hold(engine.anchors.embeddings, anchor_format))
+    assert live.anchors.key != engine.anchors.key  # rank stores are not shared across formats
 
 
-def test_search_scores_are_eq7_against_the_bfloat16_anchors(
-    server: Server, engine: Engine, sentences: list[str]
+def test_search_scores_are_eq7_against_the_held_anchors(
+    server: Server, engine: Engine, sentences: list[str], anchor_format: str
 ) -> None:
     wait_until(lambda: rank_store_size(server) == len(sentences))
     with api(server) as client:
         body = client.post(
             "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": 1.0}
         ).json()
-    held = engine.anchors.stored_as("bfloat16")
-    reference = brute_force(engine.encoder, held, sentences, QUERY, 1.0)
+    reference = brute_force(engine.encoder, engine.anchors, sentences, QUERY, 1.0, anchor_format)
     scores = np.array([hit["score"] for hit in body["hits"]])
     np.testing.assert_allclose(scores, np.sort(reference)[::-1][:10], atol=1e-5)
 
 
-def test_similarity_is_eq7_against_the_bfloat16_anchors(server: Server, engine: Engine) -> None:
+def test_similarity_is_eq7_against_the_held_anchors(
+    server: Server, engine: Engine, anchor_format: str
+) -> None:
     pair = ["A man is playing a guitar.", "A person plays an instrument."]
     with api(server) as client:
         body = client.post("/similarity", json={"pairs": [pair], "lambda": 0.5}).json()
     embeddings = engine.encoder.encode(pair)  # (2, dim)
-    ranks = engine.anchors.stored_as("bfloat16").rank_vectors(embeddings)  # (2, m)
+    ranks = engine.anchors.stored_as(anchor_format).rank_vectors(embeddings)  # (2, m)
     expected = blend(embeddings[0] @ embeddings[1], ranks[0] @ ranks[1], 0.5)
     assert body["scores"][0]["score"] == pytest.approx(float(expected), abs=1e-5)
     fp32 = engine.anchors.rank_vectors(embeddings)

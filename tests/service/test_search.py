@@ -50,11 +50,17 @@ def client(server: Server) -> Iterator[httpx.Client]:
 
 
 def brute_force(
-    encoder: Encoder, anchors: AnchorSet, texts: list[str], query: str, lambda_inf: float
+    encoder: Encoder,
+    anchors: AnchorSet,
+    texts: list[str],
+    query: str,
+    lambda_inf: float,
+    anchor_format: str | None = None,
 ) -> np.ndarray:
     """Eq. 7 of the query against every text, computed offline from the definitions, against
-    the anchor matrix as the API holds it (tests/conftest.py served())."""
-    anchors = served(anchors)
+    the anchor matrix as the API holds it: in `anchor_format`, by default the settings' own
+    (tests/conftest.py served())."""
+    anchors = anchors.stored_as(anchor_format) if anchor_format else served(anchors)
     docs = encoder.encode(texts)  # (n, dim)
     q = encoder.encode([query])  # (1, dim)
     rank = anchors.rank_vectors(docs) @ anchors.rank_vectors(q)[0]  # (n,)

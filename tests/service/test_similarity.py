@@ -7,6 +7,7 @@ import torch
 from models.anchors import AnchorSet
 from models.encoder import Encoder
 from models.scoring import score_pairs
+from tests.conftest import served as served_anchors
 
 PAIRS = [
     ("A man is playing a guitar.", "Someone plays the guitar."),
@@ -19,7 +20,7 @@ def test_pairs_match_the_offline_scorer(client: httpx.Client, encoder: Encoder, 
     response = client.post("/similarity", json={"pairs": [list(p) for p in PAIRS]})
     assert response.status_code == 200
     body = response.json()
-    expected = score_pairs(encoder, anchors, PAIRS)
+    expected = score_pairs(encoder, served_anchors(anchors), PAIRS)
     assert body["lambda"] == pytest.approx(0.1)
     assert response.headers["X-Model-Version"] == body["model_version"]
     served = {

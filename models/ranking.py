@@ -14,6 +14,12 @@ from models.ordinal_ranks import ranks_into
 from models.spare_core import split_range
 
 DEFAULT_LAMBDA_INF = 0.1  # Section 4.3
+# Sorting a few rows of 10k is not worth waking the spare core right after an encode, when
+# the hand-over is slowest: 2 x 10k cosines ranked in 0.11 ms on one thread against 0.29 ms
+# split, 4 x 10k 0.21 against 0.35, 8 x 10k 0.39 against 0.44 (Intel Xeon with AMX, a script
+# encoding a pair before each call, load 0.4-1.2). Searches rank 10-14 rows with the helper
+# already awake, where splitting 12 x 10k took 1.10 ms against 1.79 (docs/benchmarks.md).
+_MIN_SPLIT_RANKS = 65_536
 
 
 def anchor_ranks(embeddings: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
@@ -47,7 +53,7 @@ def _ranks_affine(
             ranks_into(ranks[start:stop], ranks[start:stop], scale, shift)
 
         if split:
-            split_range(rows, len(ranks), elements=ranks.size)
+            split_range(rows, len(ranks), elements=ranks.size, min_elements=_MIN_SPLIT_RANKS)
         else:
             rows(0, len(ranks))
         return torch.from_numpy(ranks).to(cosines.dtype)

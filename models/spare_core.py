@@ -47,14 +47,20 @@ class Pending(Generic[T]):
 
 
 def split_range(
-    function: Callable[[int, int], object], stop: int, elements: int, align: int = 1
+    function: Callable[[int, int], object],
+    stop: int,
+    elements: int,
+    align: int = 1,
+    min_elements: int | None = None,
 ) -> None:
     """function(start, end) over [0, stop) as two halves, the first on the helper, when the
-    work (`elements` in all) is worth a hand-over; the split point is a multiple of `align`.
-    Only for a function whose halves write disjoint outputs and whose every output element
-    depends on its own inputs alone, so the split changes no bit."""
+    work (`elements` in all, at least `min_elements`, by default the product's threshold) is
+    worth a hand-over; the split point is a multiple of `align`. Only for a function whose
+    halves write disjoint outputs and whose every output element depends on its own inputs
+    alone, so the split changes no bit."""
     middle = stop // 2 // align * align
-    if elements < _MIN_SPLIT_ELEMENTS or middle == 0:
+    threshold = _MIN_SPLIT_ELEMENTS if min_elements is None else min_elements
+    if elements < threshold or middle == 0:
         function(0, stop)
         return
     first = Pending(functools.partial(function, 0, middle))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from models import spare_core
+from models import ranking, spare_core
 from models.ranking import rank_vectors
 from models.spare_core import Pending, split_range
 
@@ -20,6 +20,7 @@ def test_rank_vectors_split_over_two_cores_equal_one_product(
     monkeypatch: pytest.MonkeyPatch, m: int, dtype: torch.dtype
 ) -> None:
     monkeypatch.setattr(spare_core, "_MIN_SPLIT_ELEMENTS", 0)  # split even these small products
+    monkeypatch.setattr(ranking, "_MIN_SPLIT_RANKS", 0)  # and their sorts
     rng = np.random.default_rng(3)
     anchors = torch.from_numpy(rng.standard_normal((m, 48), dtype=np.float32))
     anchors = (anchors / anchors.norm(dim=1, keepdim=True)).to(dtype)
@@ -44,6 +45,9 @@ def test_a_split_range_runs_its_first_half_on_the_helper() -> None:
     assert calls[(500, 1003)] == threading.current_thread().name
     split_range(record, 1003, elements=10)  # too little work: one call, here
     assert calls[(0, 1003)] == threading.current_thread().name
+    calls.clear()
+    split_range(record, 1003, elements=10**6, min_elements=10**7)  # below the caller's own
+    assert calls == {(0, 1003): threading.current_thread().name}
 
 
 def test_a_task_the_busy_helper_has_not_started_runs_on_its_caller() -> None:

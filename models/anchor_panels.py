@@ -98,9 +98,9 @@ def _build(anchors: torch.Tensor) -> Panels:
 def _two_rows_py(
     rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int, begin: int
 ) -> None:
-    """_four_rows_py by twos: one or two rows (a query, a pair) took 0.27-0.31 ms against
-    0.31-0.34 ms by fours, 0.86-0.94 against 0.95-1.05 with the matrix out of the caches
-    (bfloat16, M = 10k, one script, Intel Xeon with AMX)."""
+    """_four_rows_py by twos: one or two rows (a query, a pair) took 0.31 ms against 0.34 by
+    fours, 0.92-0.94 against 1.03-1.05 with the matrix out of the caches (bfloat16, M = 10k,
+    one script, Intel Xeon with AMX)."""
     count, dim = rows.shape
     width = min(WIDTH, out.shape[1] - first)
     a0 = carray(stack_float32(WIDTH), (WIDTH,))
@@ -221,7 +221,7 @@ def _signatures(template: str) -> list[str]:
 def _kernel() -> Callable[..., Any] | None:
     """The compiled product, or None without numba. Only fused multiply-adds are allowed
     (fastmath's "contract"), not reassociation: each sum keeps the order of the dimensions
-    in every compiled variant, which is what makes eight rows or four, either dtype's panels
+    in every compiled variant, which is what makes eight rows, four or two, any dtype's panels
     and any split of the anchors give the same bits."""
     global _two_rows, _four_rows, _eight_rows, as_float32, carray, stack_float32
     try:

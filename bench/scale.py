@@ -69,7 +69,6 @@ def main() -> None:
     parser.add_argument("--fixed-mb", type=float, default=1500.0)
     parser.add_argument("--max-memory-mb", type=float, default=None)
     args = parser.parse_args()
-    exact_rss_accounting()
     budget = Budget.from_option(args.max_memory_mb)
     say(
         f"load average at start: {os.getloadavg()}, {os.cpu_count()} CPUs, "
@@ -117,12 +116,13 @@ def main() -> None:
 def measure_one(n: int, kind: IndexKind) -> tuple[float, float, float]:
     """(MB held, build seconds, swap peak MB) for one N and kind."""
     settle()
-    before = rss_bytes()
-    first, first_ids, seconds = fill(n, kind, seed=0)
-    held = (rss_bytes() - before) / MB
-    second, second_ids, _ = fill(n, kind, seed=1)  # the new model's, built while first serves
-    peak = (rss_bytes() - before) / MB
-    del first, first_ids, second, second_ids
+    with exact_rss_accounting():
+        before = rss_bytes()
+        first, first_ids, seconds = fill(n, kind, seed=0)
+        held = (rss_bytes() - before) / MB
+        second, second_ids, _ = fill(n, kind, seed=1)  # the new model's, built while first serves
+        peak = (rss_bytes() - before) / MB
+        del first, first_ids, second, second_ids
     settle()
     return held, seconds, peak
 

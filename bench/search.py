@@ -78,12 +78,13 @@ def clustered_unit_vectors(n: int, rng: np.random.Generator, centres: np.ndarray
 def build(docs: np.ndarray, config: IndexConfig) -> tuple[SearchIndex, int, float]:
     """The index, the RSS it added, and its build time."""
     settle()
-    before, start = rss_bytes(), time.perf_counter()
-    index = SearchIndex(DIM, config)
-    for offset in range(0, len(docs), _CHUNK):
-        chunk = docs[offset : offset + _CHUNK]
-        index.upsert(np.arange(offset, offset + len(chunk)), chunk)
-    return index, rss_bytes() - before, time.perf_counter() - start
+    with exact_rss_accounting():
+        before, start = rss_bytes(), time.perf_counter()
+        index = SearchIndex(DIM, config)
+        for offset in range(0, len(docs), _CHUNK):
+            chunk = docs[offset : offset + _CHUNK]
+            index.upsert(np.arange(offset, offset + len(chunk)), chunk)
+        return index, rss_bytes() - before, time.perf_counter() - start
 
 
 def fill(store: RankStore, docs: np.ndarray, ids: np.ndarray) -> float:
@@ -112,7 +113,6 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    exact_rss_accounting()
     budget = Budget.from_option(args.max_memory_mb)
     warm_up()
     say(

@@ -31,6 +31,7 @@ import torch
 
 from models.rank_codes import RankBits, RankCodec
 from models.ranking import anchor_ranks
+from models.row_map import RowMap
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ class RankStore:
         self.key = f"{key}-{bits}bit"
         self._matrix = _reserve(min(budget_bytes, _physical_memory()), self.codec.row_bytes)
         self.capacity = len(self._matrix)
-        self._rows: dict[int, int] = {}  # document id -> row
+        self._rows = RowMap()  # document id -> row
         self._free: list[int] = []  # rows of removed documents, reused first
         self._used = 0  # rows ever handed out (the high-water mark)
         self._warned_full = False
@@ -87,14 +88,14 @@ class RankStore:
                 if row is None:
                     self._warn_full()
                     continue
-                self._rows[doc_id] = row
+                self._rows.set(doc_id, row)
             self._matrix[row] = row_codes
             stored += 1
         return stored
 
     def remove(self, ids: Sequence[int] | np.ndarray) -> None:
         for doc_id in np.asarray(ids).tolist():
-            row = self._rows.pop(doc_id, None)
+            row = self._rows.pop(doc_id)
             if row is not None:
                 self._free.append(row)
 
@@ -106,7 +107,7 @@ class RankStore:
         they lie in the store: copying 100 candidates' rows out first (1 MB at M = 10k) and
         dotting the copy made approximate searches at N = 1M IVF 1.42-1.45x cosine-only,
         against 1.29-1.37x without the copy (docs/search.md)."""
-        rows = np.array([self._rows.get(i, -1) for i in ids.tolist()], dtype=np.int64)  # (n,)
+        rows = self._rows.rows(ids)  # (n,)
         found = rows >= 0
         rho = np.zeros(len(rows), dtype=np.float32)  # (n,)
         rho[found] = self.codec.similarity_rows(self._matrix, rows[found], query_rank).numpy()

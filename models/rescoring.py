@@ -61,7 +61,7 @@ class StoredRanks:
     @property
     def error(self) -> float:
         """The most any estimate can differ from its exact value."""
-        return self.codec.error_bound(self.query_rank)
+        return self.codec.error_bound
 
 
 def eq7_scores(

@@ -16,7 +16,7 @@ from models import rank_store as rank_store_module
 from models.index import IndexConfig, SearchIndex
 from models.rank_codes import RankCodec, expected_error
 from models.rank_store import RankStore
-from models.ranking import anchor_ranks, normalise_ranks, rank_vectors
+from models.ranking import anchor_ranks, normalisation, normalise_ranks, rank_vectors
 
 DIM = 32
 LAMBDA = 0.1
@@ -72,7 +72,10 @@ def test_the_error_bound_holds_for_every_document(corpus, m: int, bits: int) -> 
     z_docs = rank_vectors(vectors, anchors)  # (n, m)
     for z in rank_vectors(torch.from_numpy(queries), anchors):
         errors = np.abs(codec.similarity(codes, z).numpy() - (z_docs @ z).numpy())  # (n,)
-        bound = codec.error_bound(z)
+        bound = codec.error_bound
+        # z's L1 norm is the same for every query (ranks are a permutation): the bound's term.
+        scale, _ = normalisation(m)
+        assert float(z.abs().sum()) == pytest.approx(scale * (m * m // 4), rel=1e-5)
         assert errors.max() <= bound
         # Hoelder's bound, about 3 / (2L) plus the variance correction's 1 / L^2: far above
         # the typical error, tight enough to rule out most candidates at lambda = 0.1.

@@ -41,8 +41,7 @@ def _ranks_affine(
     On CPU an exact linear-time radix sort (models/ordinal_ranks.py) writes the mapped ranks
     in its last pass, so g of Eq. 3 costs nothing extra; on CUDA torch sorts on the device.
     With `split`, the spare core takes half of the anchors of the product and half of the rows
-    of the sort (models/spare_core.py), or, where the anchors' panels fit a cache both cores
-    share, half of the rows of both; none of it changes a bit.
+    of the sort (models/spare_core.py); neither changes a bit.
     """
     rows_ready = embeddings.device.type == "cpu" and embeddings.dtype == torch.float32
     if split and rows_ready and rows_share_anchors(anchors):

@@ -5,7 +5,7 @@ faiss scans with one thread (models/index.py) and the rank kernels use one threa
 machine a search or a /similarity call keeps one core busy. One helper thread per process
 takes a part of it: the query's rank vector while faiss scans, half of the anchors of a
 product with the anchor matrix (models/cpu_products.py) and half of the rows of their sorts
-(models/ranking.py), or, with a small anchor matrix, half of the rows of both. A task the helper has not started when its caller needs it is run by the
+(models/ranking.py). A task the helper has not started when its caller needs it is run by the
 caller instead, so a helper busy with another request's work delays nobody, and under full
 load the split costs only its hand-over.
 """

@@ -9,35 +9,26 @@ import numpy as np
 import pytest
 import torch
 
-from models import cpu_products, ranking, spare_core
-from models.anchor_formats import FORMATS, hold
+from models import ranking, spare_core
 from models.ranking import rank_vectors
 from models.spare_core import Pending, split_range
 
 
-@pytest.mark.parametrize("by_rows", [True, False])  # panels a shared cache holds, or not
-@pytest.mark.parametrize("anchor_format", FORMATS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("m", [997, 1000])
 def test_rank_vectors_split_over_two_cores_equal_one_product(
-    monkeypatch: pytest.MonkeyPatch, m: int, anchor_format: str, by_rows: bool
+    monkeypatch: pytest.MonkeyPatch, m: int, dtype: torch.dtype
 ) -> None:
     monkeypatch.setattr(spare_core, "_MIN_SPLIT_ELEMENTS", 0)  # split even these small products
     monkeypatch.setattr(ranking, "_MIN_SPLIT_RANKS", 0)  # and their sorts
-    monkeypatch.setattr(cpu_products, "_SHARED_PANEL_BYTES", 2**40 if by_rows else 0)
-    calls: list[int] = []
-    by_rows_split = ranking._ranks_by_rows
-    monkeypatch.setattr(
-        ranking, "_ranks_by_rows", lambda *args: calls.append(1) or by_rows_split(*args)
-    )
     rng = np.random.default_rng(3)
     anchors = torch.from_numpy(rng.standard_normal((m, 48), dtype=np.float32))
-    anchors = hold(anchors / anchors.norm(dim=1, keepdim=True), anchor_format)
+    anchors = (anchors / anchors.norm(dim=1, keepdim=True)).to(dtype)
     for rows in (1, 2, 3, 9, 31):
         documents = torch.from_numpy(rng.standard_normal((rows, 48), dtype=np.float32))
         documents /= documents.norm(dim=1, keepdim=True)
         split = rank_vectors(documents, anchors, split=True)
         assert torch.equal(split, rank_vectors(documents, anchors))
-    assert len(calls) == (5 if by_rows else 0)
 
 
 def test_a_split_range_runs_its_first_half_on_the_helper() -> None:

@@ -68,15 +68,6 @@ def _kernels() -> tuple[Callable[..., Any], ...] | None:
     )
 
 
-# Anchor panels up to this size stay in a cache both cores share. int8 panels, each call after
-# reading 50 MB (as faiss's scan leaves the caches), rank vectors split by rows against split by
-# anchors (then the sorts by rows): M = 10k (3.8 MB): 1 row 0.20 ms (unsplit) against 0.32, 11
-# rows 0.73 against 0.84, 64 rows 2.27 against 2.45; M = 30k (11.5 MB): 11 rows 2.17 against
-# 2.22; M = 100k (38 MB): 11 rows 7.35 against 5.99 (AMD EPYC Zen 5, a script alternating the
-# two, load 0.7-0.9). bfloat16 at M = 10k (7.7 MB) was a draw: 11 rows 0.69 against 0.67.
-_SHARED_PANEL_BYTES = 6 * 2**20
-
-
 def _on_cpu(*tensors: torch.Tensor) -> bool:
     return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
 
@@ -90,21 +81,6 @@ def prepare_anchors(anchors: torch.Tensor) -> None:
 
 def _panel_ready(anchors: torch.Tensor) -> bool:
     return anchors.device.type == "cpu" and anchors.dtype in (torch.float32, torch.bfloat16)
-
-
-def rows_share_anchors(anchors: torch.Tensor) -> bool:
-    """Whether split work with these anchors should split the rows rather than the anchors:
-    their panels are small enough to stay in a cache both cores share, so each core can read
-    all of them for its own rows (models/ranking.py), with one hand-over instead of two."""
-    if not (anchor_panels.available() and _panel_ready(anchors)):
-        return False
-    return anchor_panels.panels_of(anchors).values.nbytes <= _SHARED_PANEL_BYTES
-
-
-def anchor_cosines_into(rows: np.ndarray, anchors: torch.Tensor, out: np.ndarray) -> None:
-    """out (n, m) = float32 rows (n, dim) . anchors (m, dim), on this thread; only where
-    `rows_share_anchors`, whose panels it reads."""
-    anchor_panels.panel_cosines(rows, anchor_panels.panels_of(anchors), out, 0, len(out[0]))
 
 
 def anchor_cosines(

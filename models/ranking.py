@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from models.cpu_products import anchor_cosines, anchor_cosines_into, rows_share_anchors
+from models.cpu_products import anchor_cosines
 from models.ordinal_ranks import ranks_into
 from models.spare_core import split_range
 
@@ -43,9 +43,6 @@ def _ranks_affine(
     With `split`, the spare core takes half of the anchors of the product and half of the rows
     of the sort (models/spare_core.py); neither changes a bit.
     """
-    rows_ready = embeddings.device.type == "cpu" and embeddings.dtype == torch.float32
-    if split and rows_ready and rows_share_anchors(anchors):
-        return _ranks_by_rows(embeddings, anchors, scale, shift)
     cosines = anchor_cosines(embeddings, anchors, split=split)  # (batch, m), no gradient
     if cosines.device.type == "cpu":
         # The ranks overwrite the cosines (a new matrix that nothing else holds): a second
@@ -65,22 +62,6 @@ def _ranks_affine(
     ranks = torch.empty_like(cosines)  # (batch, m)
     ranks.scatter_(1, order, (positions * scale + shift).expand_as(cosines))
     return ranks
-
-
-def _ranks_by_rows(
-    embeddings: torch.Tensor, anchors: torch.Tensor, scale: float, shift: float
-) -> torch.Tensor:
-    """_ranks_affine split by rows: each core multiplies its rows with all the anchors and
-    ranks them, one hand-over in all (models/cpu_products.py, rows_share_anchors)."""
-    rows = np.ascontiguousarray(embeddings.detach().numpy())  # (batch, dim)
-    ranks = np.empty((len(rows), anchors.shape[0]), dtype=np.float32)  # (batch, m)
-
-    def block(start: int, stop: int) -> None:
-        anchor_cosines_into(rows[start:stop], anchors, ranks[start:stop])
-        ranks_into(ranks[start:stop], ranks[start:stop], scale, shift)
-
-    split_range(block, len(rows), elements=ranks.size, min_elements=_MIN_SPLIT_RANKS)
-    return torch.from_numpy(ranks)
 
 
 def warm_up() -> None:

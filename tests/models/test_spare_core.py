@@ -10,20 +10,21 @@ import pytest
 import torch
 
 from models import ranking, spare_core
+from models.anchor_formats import FORMATS, hold
 from models.ranking import rank_vectors
 from models.spare_core import Pending, split_range
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("anchor_format", FORMATS)
 @pytest.mark.parametrize("m", [997, 1000])
 def test_rank_vectors_split_over_two_cores_equal_one_product(
-    monkeypatch: pytest.MonkeyPatch, m: int, dtype: torch.dtype
+    monkeypatch: pytest.MonkeyPatch, m: int, anchor_format: str
 ) -> None:
     monkeypatch.setattr(spare_core, "_MIN_SPLIT_ELEMENTS", 0)  # split even these small products
     monkeypatch.setattr(ranking, "_MIN_SPLIT_RANKS", 0)  # and their sorts
     rng = np.random.default_rng(3)
     anchors = torch.from_numpy(rng.standard_normal((m, 48), dtype=np.float32))
-    anchors = (anchors / anchors.norm(dim=1, keepdim=True)).to(dtype)
+    anchors = hold(anchors / anchors.norm(dim=1, keepdim=True), anchor_format)
     for rows in (1, 2, 3, 9, 31):
         documents = torch.from_numpy(rng.standard_normal((rows, 48), dtype=np.float32))
         documents /= documents.norm(dim=1, keepdim=True)

@@ -3,8 +3,8 @@
 A search looks up 100 candidates in a map of up to millions of ids. From a dict that took
 56 µs at 1M ids (33 at 100k), a cache miss or more per id that the interpreter takes one at a
 time; from an array indexed by id, a few µs (a script, AMD EPYC Zen 5, load 0.8). The service
-numbers documents from 1 upwards (core/documents.py), so ids are small and dense and an array
-of one int64 per id up to the largest is about as large as the map. An id past what such an
+numbers documents from 1 upwards (core/documents.py), so ids are small and dense, and an array
+of one int64 per id up to the largest is smaller than a dict of as many ids. An id past what such an
 array would sensibly cover (negative, or more than _SLACK beyond four times the ids held)
 goes to a dict instead, so arbitrary int64 ids still work.
 """

@@ -13,8 +13,11 @@ kind: p50/p99 per query of
   its top-10 overlap against the exact path.
 The four are timed query by query in turn, so a change of machine load hits them alike, each
 query starting with the next path, so no path is always the first to touch a query's candidates
-(their vectors and store rows) and pay for bringing them into the cache. Each
-row is printed as soon as it is measured. Memory: the RSS each index added and the store's
+(their vectors and store rows) and pay for bringing them into the cache. The two paths that
+read the store are timed only on the queries where each reads the candidates' rows first (half
+the queries each), as a new query finds them: on the 2-core VMs of docs/benchmarks.md, 100 rows
+of a store not read for half a minute took 1-3 ms, and the same rows read again 0.1-0.4 ms.
+Each row is printed as soon as it is measured. Memory: the RSS each index added and the store's
 size; nothing is allocated past --max-memory-mb (default 80 % of what is available at start):
 a size that does not fit is skipped, and a store that does not fit holds only the rows the
 benchmark queries need (said in its row).
@@ -24,7 +27,7 @@ still reach the top_k (models/rescoring.py), so its cost also depends on how spr
 candidates' cosines are: in these clusters, at N = 100k, a query's top 100 span about 0.15.
 Encoding the query is not included (see bench.scoring).
 
-    python -m bench.search [--sizes 10000 100000 1000000] [--queries 100] [--anchors 10000]
+    python -m bench.search [--sizes 10000 100000 1000000] [--queries 200] [--anchors 10000]
                            [--nprobe 32] [--bits 8] [--threads T] [--max-memory-mb MB]
                            [--anchor-dtype float32|bfloat16|int8]
 """
@@ -52,6 +55,8 @@ TOP_K = 10
 CANDIDATES = 100
 LAMBDA = 0.1
 KEY = "bench-anchors"
+# The paths that read the rank store's rows; each is timed only where it reads them first.
+_STORE_PATHS = ("Eq. 7 exact + codes", "Eq. 7 precomputed")
 _CHUNK = 100_000
 _RANK_CHUNK = 1024
 COLUMNS = (
@@ -99,7 +104,7 @@ def fill(store: RankStore, docs: np.ndarray, ids: np.ndarray) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--anchors", type=int, default=10_000)
     parser.add_argument("--nprobe", type=int, default=32)
     parser.add_argument("--bits", type=int, choices=(8, 4), default=8)
@@ -121,7 +126,9 @@ def main() -> None:
         f"memory budget {budget.max_mb:,.0f} MB"
     )
     say(
-        f"ms per query, {args.queries} queries, top_k={TOP_K}, M={args.anchors:,} anchors, "
+        f"ms per query, {args.queries} queries ({args.queries - args.queries // 2} and "
+        f"{args.queries // 2} for the store paths: where each reads the rows first), "
+        f"top_k={TOP_K}, M={args.anchors:,} anchors, "
         f"{CANDIDATES} candidates for Eq. 7, precomputed ranks at {args.bits} bits, "
         f"anchors in {args.anchor_dtype}"
     )
@@ -233,11 +240,18 @@ def measure_paths(
     for i, q in enumerate(queries):
         # In turn, so a change of load hits the paths alike, each query starting one path later:
         # whichever path first reads a query's candidates pays for bringing them into the cache.
-        for name in names[i % len(names) :] + names[: i % len(names)]:
+        order = names[i % len(names) :] + names[: i % len(names)]
+        if i // len(names) % 2:  # every other round the two store paths trade places
+            a, b = order.index(_STORE_PATHS[0]), order.index(_STORE_PATHS[1])
+            order[a], order[b] = order[b], order[a]
+        first_store_path = min(_STORE_PATHS, key=order.index)
+        for name in order:
             fn = paths[name]
             start = time.perf_counter()
             ids = fn(q)
-            samples[name].append((time.perf_counter() - start) * 1e3)
+            elapsed = (time.perf_counter() - start) * 1e3
+            if name not in _STORE_PATHS or name == first_store_path:
+                samples[name].append(elapsed)
             tops[name].append(set(ids.tolist()))
     return samples, tops
 

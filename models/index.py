@@ -211,11 +211,17 @@ class SearchIndex:
             if self._writes != writes:  # candidates removed or replaced meanwhile are dropped
                 kept = np.array([i in self._terms for i in ids.tolist()], dtype=bool)
                 ids, vectors = ids[kept], self._vectors.reconstruct(ids[kept])
-            stored = None
-            store = self._ranks  # replaced meanwhile by a store for other anchors: unused
-            if store is not None and store.anchors_key == anchors_key:
-                found, rho = store.similarities(ids, query_rank)
-                stored = StoredRanks(found, rho, query_rank, store.codec)
+                writes = self._writes
+
+        def read(subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """The codes of candidates `subset` (p,), as none where the store was replaced
+            (new anchors) or a write came since the candidates' vectors were read: a
+            replaced document's codes would describe another text."""
+            with self._lock:
+                if self._writes == writes and self._ranks is store:
+                    return store.similarities(subset, query_rank)
+            return np.zeros(len(subset), dtype=bool), np.zeros(len(subset), dtype=np.float32)
+
         return rescore(
             query,
             anchors,
@@ -223,7 +229,7 @@ class SearchIndex:
             vectors,
             lambda_inf=lambda_inf,
             top_k=top_k,
-            stored=stored,
+            stored=StoredRanks(read, query_rank, store.codec),
             exact=exact,
         )
 

@@ -5,12 +5,14 @@ Reference: Seonwoo et al., "Ranking-Enhanced Unsupervised Sentence Representatio
 normalised rank vectors of Eq. 2-3 against the anchor matrix.
 
 Every returned z_q.z_d is exact (the candidate's rank vector computed now from its embedding)
-unless the caller asks for approximate scores. StoredRanks, estimates of z_q.z_d from the
-quantised rank codes (models/rank_codes.py) of some candidates, cost one dot product each: an
-exact search uses them only to bound each candidate's similarity (RankCodec.error_bound) and
-computes rank vectors for just the candidates those bounds cannot rule out, so its hits and
-scores are the exact ones; an approximate search scores the candidates that have codes from
-them.
+unless the caller asks for approximate scores. StoredRanks reads estimates of z_q.z_d from the
+quantised rank codes (models/rank_codes.py) of some candidates, one dot product each: an exact
+search uses them only to bound each candidate's similarity (RankCodec.error_bound) and computes
+rank vectors for just the candidates those bounds cannot rule out, so its hits and scores are
+the exact ones; an approximate search scores the candidates that have codes from them. Either
+reads the codes of the top_k candidates by cosine first, then only of those that could still
+reach the lowest score those imply: reading a row costs more than its arithmetic, most of all
+a row no search has read for a while (docs/search.md, the rank store).
 
 Rank vectors are the cost (a (n, m) product with the anchors and a sort per row), and most
 candidates cannot reach the top_k: Spearman's rho is at most 1, so a candidate scores at most
@@ -20,7 +22,7 @@ candidate (a threshold algorithm, as in Fagin et al., "Optimal aggregation algor
 middleware", PODS 2001).
 """
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,9 +55,10 @@ class SearchHits:
 class StoredRanks:
     """Spearman estimates of the candidates that have rank codes (RankStore.similarities)."""
 
-    found: np.ndarray  # (n,) bool: candidate j has codes
-    rho: np.ndarray  # (n,) float32: z_q . z_d from candidate j's codes, 0 where it has none
-    query_rank: torch.Tensor  # (m,) the exact query rank vector they were computed against
+    # ids (p,) -> (found (p,) bool: the document has codes, rho (p,) float32: z_q . z_d from
+    # them, 0 where it has none)
+    read: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+    query_rank: torch.Tensor  # (m,) the exact query rank vector they are computed against
     codec: RankCodec
 
     @property
@@ -132,22 +135,25 @@ def rescore(
     query_t = _on_anchors(query, anchors)  # (dim,)
     documents = torch.from_numpy(vectors).to(anchors.device)  # (n, dim)
     cosine = row_dots(documents, query_t).cpu().numpy()  # (n,)
-    if exact and stored is not None and stored.found.any():
-        return _rescore_verified(
-            query_t, anchors, ids, documents, cosine, stored, lambda_inf, top_k
-        )
     order = np.lexsort((ids, -cosine))  # (n,) cosine descending, then id
-    if stored is None or not stored.found.any():
+    if stored is not None:
+        error = stored.error if exact else 0.0
+        found, rho, read = _read_codes(stored, ids, cosine, order, error, lambda_inf, top_k)
+    if stored is None or not found.any():
         bound = _bound_without_rank(cosine[order], lambda_inf)  # (n,) non-increasing
         return _rescore_exact(query_t, anchors, ids, documents, order, bound, lambda_inf, top_k)
+    if exact:
+        return _rescore_verified(
+            query_t, anchors, ids, documents, cosine, found, rho, stored, lambda_inf, top_k
+        )
     # Estimates cost nothing more: every candidate that has one is scored from it.
-    found = stored.found
-    rank = torch.from_numpy(stored.rho[found])  # (f,)
+    rank = torch.from_numpy(rho[found])  # (f,)
     score = blend(torch.from_numpy(cosine[found]), rank, lambda_inf)  # (f,)
     kept = top_hits(ids[found], score.numpy(), cosine[found], rank.numpy(), top_k)
-    # The others get exact rank vectors, best cosine first, while their bound reaches the top_k.
-    missing = order[~found[order]]  # (n - f,)
-    bound = _bound_without_rank(cosine[missing], lambda_inf)  # (n - f,)
+    # The others get exact rank vectors, best cosine first, while their bound reaches the top_k;
+    # those whose codes went unread could not reach it (_read_codes).
+    missing = order[read[order] & ~found[order]]  # (u,)
+    bound = _bound_without_rank(cosine[missing], lambda_inf)  # (u,)
     for start in range(0, len(missing), _BLOCK):
         if len(kept) == top_k and bound[start] < kept.scores[-1]:
             break
@@ -157,6 +163,40 @@ def rescore(
         )
         kept = _merge(kept, ids[take], score, cos, rank, top_k)
     return kept
+
+
+def _read_codes(
+    stored: StoredRanks,
+    ids: np.ndarray,
+    cosine: np.ndarray,
+    order: np.ndarray,
+    error: float,
+    lambda_inf: float,
+    top_k: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(found, rho, read), each (n,): the codes of the top_k candidates by cosine (`order`),
+    then of the others whose bound can still reach the lowest score the first imply.
+
+    A first candidate's score is at least its estimate minus `error` (the codes' error bound
+    for an exact search, 0 for an approximate one, which scores from the estimates), or with
+    no codes its cosine's part minus lambda * _RHO_MAX. So the top_k's k-th score is at least
+    the lowest of those, and a candidate whose bound without codes is below it can enter the
+    top_k neither way: its codes would change no hit, and it is left unread (read False, found
+    False), as the bounds in _rescore_verified and rescore's approximate path rule it out.
+    """
+    found = np.zeros(len(ids), dtype=bool)  # (n,)
+    rho = np.zeros(len(ids), dtype=np.float32)  # (n,)
+    first = order[:top_k]  # (k,)
+    found[first], rho[first] = stored.read(ids[first])
+    rest = order[top_k:]  # (n - k,)
+    if len(rest):
+        rho_low = np.where(found[first], rho[first] - error, -_RHO_MAX)  # (k,)
+        floor = np.min((1.0 - lambda_inf) * cosine[first] + lambda_inf * rho_low)
+        rest = rest[_bound_without_rank(cosine[rest], lambda_inf) >= floor]  # (r,)
+        found[rest], rho[rest] = stored.read(ids[rest])
+    read = np.zeros(len(ids), dtype=bool)  # (n,)
+    read[first] = read[rest] = True
+    return found, rho, read
 
 
 def _bound_without_rank(cosine: np.ndarray, lambda_inf: float) -> np.ndarray:
@@ -202,11 +242,14 @@ def _rescore_verified(
     ids: np.ndarray,
     documents: torch.Tensor,
     cosine: np.ndarray,
+    found: np.ndarray,
+    rho: np.ndarray,
     stored: StoredRanks,
     lambda_inf: float,
     top_k: int,
 ) -> SearchHits:
-    """rescore's exact path when codes exist, in one product with the anchor matrix.
+    """rescore's exact path when codes exist (`found` (n,), estimates `rho` (n,)), in one
+    product with the anchor matrix.
 
     The codes put each candidate's rho within `stored.error` of its estimate (rho in
     [-1.01, 1.01] without codes), so each Eq. 7 score lies in [low, high]. At least top_k
@@ -214,9 +257,9 @@ def _rescore_verified(
     cannot be in the top_k: only the others get exact rank vectors, and the hits are the exact
     ones.
     """
-    error = np.where(stored.found, stored.error, 2 * _RHO_MAX)  # (n,)
-    rho_low = np.maximum(stored.rho - error, -_RHO_MAX)  # (n,)
-    rho_high = np.minimum(stored.rho + error, _RHO_MAX)  # (n,)
+    error = np.where(found, stored.error, 2 * _RHO_MAX)  # (n,)
+    rho_low = np.maximum(rho - error, -_RHO_MAX)  # (n,)
+    rho_high = np.minimum(rho + error, _RHO_MAX)  # (n,)
     low = (1.0 - lambda_inf) * cosine + lambda_inf * rho_low  # (n,)
     high = (1.0 - lambda_inf) * cosine + lambda_inf * rho_high  # (n,)
     kth = np.partition(low, -top_k)[-top_k] if len(low) > top_k else -np.inf

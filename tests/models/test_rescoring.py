@@ -1,6 +1,7 @@
 """Eq. 7 rescoring with its score bound: the same hits as scoring every candidate."""
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -28,15 +29,15 @@ def score_all(
     vectors: np.ndarray,
     lambda_inf: float,
     top_k: int,
-    stored: StoredRanks | None = None,
+    codes: "Codes | None" = None,
 ) -> SearchHits:
-    """Every candidate scored, no bound: the reference; from `stored` estimates where found."""
+    """Every candidate scored, no bound: the reference; from `codes` estimates where found."""
     query_t, query_rank = query_vectors(query, anchors)
     score, cosine, rank = eq7_scores(
         query_t, query_rank, torch.from_numpy(vectors), anchors, lambda_inf
     )
-    if stored is not None:
-        rank = torch.where(torch.from_numpy(stored.found), torch.from_numpy(stored.rho), rank)
+    if codes is not None:
+        rank = torch.where(torch.from_numpy(codes.found), torch.from_numpy(codes.rho), rank)
         score = blend(cosine, rank, lambda_inf)
     return top_hits(ids, score.numpy(), cosine.numpy(), rank.numpy(), top_k)
 
@@ -73,14 +74,37 @@ def test_equal_cosines_keep_the_smaller_id_first() -> None:
     np.testing.assert_array_equal(hits.ids, [961, 962, 963, 964, 965])
 
 
+@dataclass
+class Codes:
+    """The rank codes of every candidate (by position in `ids`), and the ids rescoring read."""
+
+    ids: np.ndarray  # (n,)
+    found: np.ndarray  # (n,) bool
+    rho: np.ndarray  # (n,) float32
+    query_rank: torch.Tensor  # (m,)
+    codec: RankCodec
+    read: list[int] = field(default_factory=list)
+
+    def _read(self, subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self.read.extend(subset.tolist())
+        position = {doc_id: i for i, doc_id in enumerate(self.ids.tolist())}
+        positions = np.array([position[doc_id] for doc_id in subset.tolist()], dtype=np.int64)
+        return self.found[positions], self.rho[positions]
+
+    @property
+    def stored(self) -> StoredRanks:
+        return StoredRanks(self._read, self.query_rank, self.codec)
+
+
 def stored_ranks(
     rng: np.random.Generator,
     query: torch.Tensor,
     anchors: torch.Tensor,
+    ids: np.ndarray,
     vectors: np.ndarray,
     bits: int,
     share: float,
-) -> StoredRanks:
+) -> Codes:
     """Estimates from the codes of a random `share` of the candidates; the others have none."""
     codec = RankCodec(len(anchors), bits)  # type: ignore[arg-type]
     found = rng.random(len(vectors)) < share
@@ -88,7 +112,7 @@ def stored_ranks(
     query_rank = query_vectors(query, anchors)[1]
     rho = np.zeros(len(vectors), dtype=np.float32)
     rho[found] = codec.similarity(codec.encode(ranks), query_rank).numpy()
-    return StoredRanks(found, rho, query_rank, codec)
+    return Codes(ids, found, rho, query_rank, codec)
 
 
 def test_approximate_search_scores_the_candidates_with_codes_from_them() -> None:
@@ -97,11 +121,11 @@ def test_approximate_search_scores_the_candidates_with_codes_from_them() -> None
     vectors = unit(rng, 100, 0.3)
     ids = np.arange(100, dtype=np.int64)
     query = torch.from_numpy(unit(rng, 1, 0.3)[0])
-    stored = stored_ranks(rng, query, anchors, vectors, 8, 0.6)  # the others are scored exactly
+    codes = stored_ranks(rng, query, anchors, ids, vectors, 8, 0.6)  # others scored exactly
     hits = rescore(
-        query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=stored, exact=False
+        query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=codes.stored, exact=False
     )
-    assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10, stored))
+    assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10, codes))
 
 
 @pytest.mark.parametrize("lambda_inf", [0.0, 0.1, 1.0])
@@ -116,8 +140,10 @@ def test_exact_search_with_codes_returns_the_exact_hits(
     vectors = unit(rng, 120, spread)
     ids = rng.permutation(10_000)[:120].astype(np.int64)
     query = torch.from_numpy(unit(rng, 1, spread)[0])
-    stored = stored_ranks(rng, query, anchors, vectors, bits, share)
-    hits = rescore(query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k, stored=stored)
+    codes = stored_ranks(rng, query, anchors, ids, vectors, bits, share)
+    hits = rescore(
+        query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k, stored=codes.stored
+    )
     assert_same(hits, score_all(query, anchors, ids, vectors, lambda_inf, top_k))
 
 
@@ -164,10 +190,30 @@ def test_codes_leave_rank_vectors_for_the_top_k_and_the_few_they_cannot_rule_out
     vectors = unit(rng, 100, 0.3)  # cosines close together: the plain bound rules out few
     ids = np.arange(100, dtype=np.int64)
     query = torch.from_numpy(unit(rng, 1, 0.3)[0])
-    stored = stored_ranks(rng, query, anchors, vectors, 8, 1.0)  # with the query's rank vector
+    codes = stored_ranks(rng, query, anchors, ids, vectors, 8, 1.0)  # with the query's ranks
     reference = score_all(query, anchors, ids, vectors, 0.1, 10)
     rows = count_rank_rows(monkeypatch)
-    hits = rescore(query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=stored)
+    hits = rescore(query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=codes.stored)
     assert_same(hits, reference)
     (candidate_rows,) = rows
     assert 10 <= candidate_rows <= 20
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_codes_are_read_only_for_candidates_that_could_reach_the_top_k(exact: bool) -> None:
+    rng = np.random.default_rng(13)
+    anchors = torch.from_numpy(unit(rng, M, 3.0))
+    vectors = unit(rng, 100, 1.0)  # cosines to the query spread over a wide range
+    ids = rng.permutation(10_000)[:100].astype(np.int64)
+    query = torch.from_numpy(unit(rng, 1, 1.0)[0])
+    codes = stored_ranks(rng, query, anchors, ids, vectors, 8, 1.0)
+    hits = rescore(
+        query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=codes.stored, exact=exact
+    )
+    assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10, None if exact else codes))
+    assert len(set(codes.read)) == len(codes.read)  # no row read twice
+    assert 10 <= len(codes.read) < 50
+    unread = ~np.isin(ids, codes.read)
+    cosine = vectors[unread] @ query.numpy()
+    # What a candidate left unread could score at best, its rho at most 1:
+    assert np.all(0.9 * cosine + 0.1 < hits.scores[-1])

@@ -9,6 +9,7 @@ host (API replicas sharing a volume) read and write the same file.
 import hashlib
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 from models.encoder import Encoder
 
 _CHUNK = 500  # host parameters per statement stay well under SQLite's limit
+_TIMEOUT_S = 30.0  # how long a statement waits for another process's lock
 
 
 def text_key(text: str) -> bytes:
@@ -52,12 +54,7 @@ class EmbeddingCache:
         self.path = directory / f"{encoder_key[:16]}-L{max_seq_length}-d{dim}.sqlite"
         self._lock = threading.Lock()
         # Used from worker threads (asyncio.to_thread); the lock serialises them.
-        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS embeddings (key BLOB PRIMARY KEY, vector BLOB NOT NULL)"
-        )
-        self._db.commit()
+        self._db = _connect(self.path)
 
     def get_many(self, texts: Sequence[str]) -> list[np.ndarray | None]:
         """The cached (dim,) float32 embedding of each text, None where absent."""
@@ -105,3 +102,29 @@ class EmbeddingCache:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    """A connection to the cache file at `path`, in WAL mode, with its table.
+
+    Processes that open a new file at the same moment all switch it to WAL, and SQLite can
+    answer one of them "database is locked" at once instead of waiting out the busy timeout:
+    two API replicas hot-swapping to the same new encoder did, and one refused the swap. In a
+    script, 2 and 30 of 300 processes opening new files three at a time failed that way. So
+    the set-up is tried again until the timeout, as any statement would wait.
+    """
+    db = sqlite3.connect(path, check_same_thread=False, timeout=_TIMEOUT_S)
+    deadline = time.monotonic() + _TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS embeddings (key BLOB PRIMARY KEY, vector BLOB NOT NULL)"
+            )
+            db.commit()
+            return db
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                db.close()
+                raise
+            time.sleep(0.01)

@@ -16,7 +16,7 @@ query starting with the next path, so no path is always the first to touch a que
 (their vectors and store rows) and pay for bringing them into the cache. The two paths that
 read the store are timed only on the queries where each reads the candidates' rows first (half
 the queries each), as a new query finds them: on the 2-core VMs of docs/benchmarks.md, 100 rows
-of a store not read for half a minute took 1-3 ms, and the same rows read again 0.1-0.4 ms.
+of a store not read for half a minute or more took 0.5-4.4 ms, the same rows read again 0.1-0.4.
 Each row is printed as soon as it is measured. Memory: the RSS each index added and the store's
 size; nothing is allocated past --max-memory-mb (default 80 % of what is available at start):
 a size that does not fit is skipped, and a store that does not fit holds only the rows the

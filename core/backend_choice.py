@@ -7,14 +7,14 @@ else exported once into the cache), its parity with torch fp32 is read from the 
 backends are timed on dev sentences at batch sizes 1 and 64 in interleaved rounds. The winner
 has the best geometric-mean speed-up over torch fp32. The choice and its numbers are cached
 under `<cache>/backend-choices/`, keyed by the checkpoint, the maximum length, the threads,
-the CPU and the packages' versions, so a restart does not measure again.
+the CPU (models/cpu_info.py: its name and model, and the instruction sets that rank the
+backends) and the packages' versions, so a restart does not measure again.
 """
 
 import hashlib
 import json
 import logging
 import os
-import platform
 import statistics
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -26,6 +26,7 @@ from core.settings import Settings
 from models.atomic import atomic_write_json
 from models.backends import EXPORTED, Backend, available, build_variant
 from models.checksums import sha256_directory, sha256_texts
+from models.cpu_info import cpu_identity
 from models.encoder import Encoder, default_model_path, load_encoder
 from models.evaluation.senteval import SentEvalFormatError, load_sts_tasks
 from models.parity import Parity, ParitySet, check_parity, embed, parity_set, sentences_per_second
@@ -136,17 +137,6 @@ def build_variants(settings: Settings, checkpoint: Path | None, out_dir: Path) -
     return out_dir
 
 
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _package_versions() -> dict[str, str | None]:
     found: dict[str, str | None] = {}
     for name in ("torch", "onnxruntime", "onnx", "openvino", "nncf", "sentence-transformers"):
@@ -205,7 +195,7 @@ def choose_backend(settings: Settings, path: Path | None, variants: Path | None)
         "checkpoint": sha256_directory(checkpoint),
         "max_seq_length": settings.max_seq_length,
         "threads": [settings.torch_threads, torch.get_num_threads()],
-        "cpu": [_cpu_name(), os.cpu_count()],
+        "cpu": [cpu_identity(), os.cpu_count()],
         "packages": _package_versions(),
         "installed": [b.value for b in _candidates()],
     }

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from models.cpu_info import cpu_has_amx
+
 
 class OpenVinoRunner:
     # In bf16 the CPU plugin multiplies tiles of 16 rows (AMX): on an AMX Xeon, texts padded to
@@ -47,14 +49,3 @@ class OpenVinoRunner:
         with self._lock:
             result = self.compiled(inputs)
             return np.array(result[0], copy=True)
-
-
-def cpu_has_amx(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
-    """Whether the CPU multiplies bf16 in AMX tiles, as Linux reports it (False elsewhere)."""
-    try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return any(
-        line.startswith("flags") and "amx_bf16" in line.split() for line in text.splitlines()
-    )

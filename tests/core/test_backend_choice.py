@@ -62,6 +62,26 @@ def test_auto_measures_once_then_reads_its_cache(
     assert json.loads(cached.read_text())["key"]["cpu"]
 
 
+def test_auto_measures_again_on_a_cpu_with_other_instruction_sets(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A var_dir that moves between machines of one CPU name (a shared volume, a resized VM)
+    # must not carry a choice measured where bf16 or AMX made another backend fastest.
+    picks = iter(["torch-bf16", "onnx-int8"])
+    monkeypatch.setattr(
+        choice, "measure_backends", lambda *_, **__: {"backend": next(picks), "speedup": {}}
+    )
+    name = {"name": "Intel(R) Xeon(R) Processor", "family": "6", "model": "207"}
+    amx = {**name, "flags": ["amx_bf16", "amx_tile", "avx512_bf16", "avx512f"]}
+    monkeypatch.setattr(choice, "cpu_identity", lambda: amx)
+    assert choice.choose_backend(settings, None, None) == Backend.TORCH_BF16
+    monkeypatch.setattr(choice, "cpu_identity", lambda: {**name, "flags": ["avx512f"]})
+    assert choice.choose_backend(settings, None, None) == Backend.ONNX_INT8
+    monkeypatch.setattr(choice, "cpu_identity", lambda: amx)
+    assert choice.choose_backend(settings, None, None) == Backend.TORCH_BF16  # its own cache
+    assert len(list(settings.cache.backend_choices.iterdir())) == 2
+
+
 def test_auto_without_dev_sets_keeps_torch(tmp_path: Path) -> None:
     bare = Settings(var_dir=tmp_path / "var", data_dir=tmp_path, encoder_backend="auto")
     assert choice.choose_backend(bare, None, None) == Backend.TORCH

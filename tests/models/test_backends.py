@@ -18,8 +18,8 @@ from models.backends import (
     build_variant,
     tensor_features,
 )
+from models.cpu_info import cpu_has_amx
 from models.encoder import Encoder, load_encoder
-from models.openvino_runner import cpu_has_amx
 from models.parity import COSINE_FLOOR, SPEARMAN_TOLERANCE, ParitySet, check_parity, embed
 
 PAIRS_PER_TASK = 150  # 300 dev pairs: a Spearman gap of 0.2 is still well resolved
@@ -180,19 +180,3 @@ def test_openvino_runs_in_bf16_only_where_amx_tiles_make_it_pay(variants: Path) 
     expected = ov.Type.f32 if default == ov.Type.bf16 and not cpu_has_amx() else default
     assert runner.compiled.get_property("INFERENCE_PRECISION_HINT") == expected  # type: ignore[attr-defined]
     assert runner.length_multiple == (16 if expected == ov.Type.bf16 else 1)  # type: ignore[attr-defined]
-
-
-@pytest.mark.parametrize(
-    ("flags", "has_amx"),
-    [
-        ("fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", True),
-        ("fpu avx512f avx512_bf16", False),
-    ],
-)
-def test_amx_is_read_from_the_cpu_flags(tmp_path: Path, flags: str, has_amx: bool) -> None:
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text(
-        f"processor\t: 0\nflags\t\t: {flags}\nbugs\t\t: amx_bf16\n", encoding="utf-8"
-    )
-    assert cpu_has_amx(cpuinfo) is has_amx
-    assert cpu_has_amx(tmp_path / "missing") is False

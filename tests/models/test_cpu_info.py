@@ -1,0 +1,61 @@
+"""The CPU facts that key `auto`'s cached choice and pick OpenVINO's precision, read from
+/proc/cpuinfo text."""
+
+from pathlib import Path
+
+import pytest
+
+from models.cpu_info import cpu_flags, cpu_has_amx, cpu_identity
+
+XEON = "Intel(R) Xeon(R) Processor"
+
+
+def cpuinfo(tmp_path: Path, flags: str, *, name: str = XEON, model: str = "207") -> Path:
+    """Two processors, as Linux lists them; the second's lines must not leak into the first's."""
+    first = f"processor\t: 0\ncpu family\t: 6\nmodel\t\t: {model}\nmodel name\t: {name}\n"
+    second = "processor\t: 1\nmodel\t\t: 1\nmodel name\t: other\nflags\t\t: amx_bf16\n"
+    path = tmp_path / f"cpuinfo-{len(list(tmp_path.iterdir()))}"
+    path.write_text(f"{first}flags\t\t: {flags}\nbugs\t\t: amx_bf16\n\n{second}", encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("flags", "has_amx"),
+    [
+        ("fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8", True),
+        ("fpu avx512f avx512_bf16", False),
+    ],
+)
+def test_amx_is_read_from_the_cpu_flags(tmp_path: Path, flags: str, has_amx: bool) -> None:
+    assert cpu_has_amx(cpuinfo(tmp_path, flags)) is has_amx
+    assert cpu_has_amx(tmp_path / "missing") is False
+
+
+def test_the_same_name_with_other_instruction_sets_is_another_cpu(tmp_path: Path) -> None:
+    # Both seen as 2-core KVM guests: model 207 with and without AVX512-BF16.
+    with_bf16 = cpuinfo(tmp_path, "fpu avx2 fma avx512f avx512_vnni avx512_bf16 avx512_fp16")
+    without = cpuinfo(tmp_path, "fpu avx2 fma avx512f avx512_vnni")
+    assert cpu_identity(with_bf16)["name"] == cpu_identity(without)["name"] == XEON
+    assert cpu_identity(with_bf16) != cpu_identity(without)
+    assert cpu_identity(without) == {
+        "name": XEON,
+        "family": "6",
+        "model": "207",
+        "flags": ["avx2", "avx512_vnni", "avx512f", "fma"],
+    }
+
+
+def test_flags_that_do_not_rank_backends_leave_the_identity_alone(tmp_path: Path) -> None:
+    # A host's microcode or hypervisor flags may differ between machines that run alike.
+    plain = cpuinfo(tmp_path, "fpu avx2 fma avx512f")
+    noisy = cpuinfo(tmp_path, "fpu hypervisor avx2 fma md_clear avx512f arch_capabilities")
+    assert cpu_identity(plain) == cpu_identity(noisy)
+    assert "hypervisor" in cpu_flags(noisy)
+    other_model = cpuinfo(tmp_path, "fpu avx2 fma avx512f", model="143")
+    assert cpu_identity(plain) != cpu_identity(other_model)
+
+
+def test_an_unreadable_cpuinfo_still_names_the_machine(tmp_path: Path) -> None:
+    identity = cpu_identity(tmp_path / "missing")
+    assert identity["name"] and identity["flags"] == []
+    assert cpu_flags(tmp_path / "missing") == frozenset()

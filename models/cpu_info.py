@@ -54,6 +54,12 @@ def cpu_has_amx(cpuinfo: Path = CPUINFO) -> bool:
     return "amx_bf16" in cpu_flags(cpuinfo)
 
 
+def cpu_has_bf16(cpuinfo: Path = CPUINFO) -> bool:
+    """Whether the CPU does bf16 arithmetic itself (AVX512-BF16 or AMX); torch emulates it
+    elsewhere."""
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags(cpuinfo))
+
+
 def cpu_identity(cpuinfo: Path = CPUINFO) -> dict[str, str | list[str]]:
     """Name, family, model and the inference instruction sets the CPU has: equal for two
     machines whose backends should rank alike."""

@@ -2,6 +2,7 @@
 backend passing parity can win, and a bundle's prebuilt variants spare replicas the export."""
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,23 @@ def test_thread_policy_is_applied_once(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_named_backend_is_taken_as_is(settings: Settings) -> None:
     named = settings.model_copy(update={"encoder_backend": "onnx-int8"})
     assert choice.choose_backend(named, None, None) == Backend.ONNX_INT8
+
+
+@pytest.mark.parametrize("has_bf16", [True, False])
+def test_torch_bf16_on_a_cpu_that_emulates_bf16_is_warned_of(
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    has_bf16: bool,
+) -> None:
+    # Which CPU CI runs on is not ours to choose: the flags are set here, the reading of
+    # /proc/cpuinfo is tested in tests/models/test_cpu_info.py.
+    monkeypatch.setattr(choice, "cpu_has_bf16", lambda: has_bf16)
+    named = settings.model_copy(update={"encoder_backend": "torch-bf16", "device": "cpu"})
+    with caplog.at_level(logging.WARNING, logger=choice.__name__):
+        assert choice.choose_backend(named, None, None) == Backend.TORCH_BF16
+    warned = [r.getMessage() for r in caplog.records if "emulates bf16" in r.getMessage()]
+    assert len(warned) == (0 if has_bf16 else 1)
 
 
 def test_auto_measures_once_then_reads_its_cache(

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from models.cpu_info import cpu_flags, cpu_has_amx, cpu_identity
+from models.cpu_info import cpu_flags, cpu_has_amx, cpu_has_bf16, cpu_identity
 
 XEON = "Intel(R) Xeon(R) Processor"
 
@@ -29,6 +29,16 @@ def cpuinfo(tmp_path: Path, flags: str, *, name: str = XEON, model: str = "207")
 def test_amx_is_read_from_the_cpu_flags(tmp_path: Path, flags: str, has_amx: bool) -> None:
     assert cpu_has_amx(cpuinfo(tmp_path, flags)) is has_amx
     assert cpu_has_amx(tmp_path / "missing") is False
+
+
+@pytest.mark.parametrize(
+    ("flags", "has_bf16"),
+    [("fpu avx512f avx512_bf16", True), ("fpu amx_bf16 amx_tile", True), ("fpu avx512f", False)],
+)
+def test_bf16_arithmetic_is_read_from_the_cpu_flags(
+    tmp_path: Path, flags: str, has_bf16: bool
+) -> None:
+    assert cpu_has_bf16(cpuinfo(tmp_path, flags)) is has_bf16
 
 
 def test_the_same_name_with_other_instruction_sets_is_another_cpu(tmp_path: Path) -> None:

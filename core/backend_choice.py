@@ -186,21 +186,17 @@ def measure_backends(
     }
 
 
-def _warn_without_bf16() -> None:
-    if not cpu_has_bf16():
-        logger.warning(
-            "encoder backend torch-bf16 on a CPU without AVX512-BF16 or AMX: torch emulates "
-            "bf16 there, which encoded at 0.28-0.50x torch fp32 where measured; "
-            "torch or auto will be faster"
-        )
-
-
 def choose_backend(settings: Settings, path: Path | None, variants: Path | None) -> Backend:
     """The backend the settings name; for `auto`, the cached or newly measured choice."""
     if settings.encoder_backend != AUTO:
         named = Backend(settings.encoder_backend)
-        if named == Backend.TORCH_BF16 and pick_device(settings.device).type == "cpu":
-            _warn_without_bf16()
+        on_cpu = pick_device(settings.device).type == "cpu"
+        if named == Backend.TORCH_BF16 and on_cpu and not cpu_has_bf16():
+            logger.warning(
+                "encoder backend torch-bf16 on a CPU without AVX512-BF16 or AMX: torch emulates "
+                "bf16 there, which encoded at 0.28-0.50x torch fp32 where measured; "
+                "torch or auto will be faster"
+            )
         return named
     checkpoint = Path(path or settings.model_path or default_model_path())
     key = {

@@ -44,9 +44,13 @@ def _fields(cpuinfo: Path) -> dict[str, str]:
     return fields
 
 
+def _flags(fields: dict[str, str]) -> frozenset[str]:
+    return frozenset(fields.get("flags", "").split())
+
+
 def cpu_flags(cpuinfo: Path = CPUINFO) -> frozenset[str]:
     """Every flag Linux lists for the CPU (none where /proc/cpuinfo cannot be read)."""
-    return frozenset(_fields(cpuinfo).get("flags", "").split())
+    return _flags(_fields(cpuinfo))
 
 
 def cpu_has_amx(cpuinfo: Path = CPUINFO) -> bool:
@@ -68,5 +72,5 @@ def cpu_identity(cpuinfo: Path = CPUINFO) -> dict[str, str | list[str]]:
         "name": fields.get("model name") or platform.processor() or platform.machine(),
         "family": fields.get("cpu family", ""),
         "model": fields.get("model", ""),
-        "flags": sorted(INFERENCE_FLAGS & frozenset(fields.get("flags", "").split())),
+        "flags": sorted(INFERENCE_FLAGS & _flags(fields)),
     }

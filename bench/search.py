@@ -17,6 +17,7 @@ query starting with the next path, so no path is always the first to touch a que
 read the store are timed only on the queries where each reads the candidates' rows first (half
 the queries each), as a new query finds them: on the 2-core VMs of docs/benchmarks.md, 100 rows
 of a store not read for half a minute or more took 0.5-4.4 ms, the same rows read again 0.1-0.4.
+The store is filled as a replica fills it, neighbours' rows side by side (models/locality.py).
 Each row is printed as soon as it is measured. Memory: the RSS each index added and the store's
 size; nothing is allocated past --max-memory-mb (default 80 % of what is available at start):
 a size that does not fit is skipped, and a store that does not fit holds only the rows the
@@ -45,6 +46,7 @@ from bench.timing import percentile, say
 from core.settings import Settings
 from models.anchor_formats import FORMATS, hold
 from models.index import IndexConfig, SearchIndex
+from models.locality import neighbour_order
 from models.ordinal_ranks import method
 from models.rank_store import RankStore
 from models.ranking import warm_up
@@ -93,8 +95,11 @@ def build(docs: np.ndarray, config: IndexConfig) -> tuple[SearchIndex, int, floa
 
 
 def fill(store: RankStore, docs: np.ndarray, ids: np.ndarray) -> float:
-    """Store the codes of documents `ids` (sorted); returns the seconds it took."""
+    """Store the codes of documents `ids` in the order a replica's backfill writes them,
+    neighbours side by side (models/locality.py); returns the seconds it took, ordering
+    included."""
     start = time.perf_counter()
+    ids = ids[neighbour_order(len(ids), lambda positions: docs[ids[positions]])]
     for offset in range(0, len(ids), _RANK_CHUNK):
         chunk = ids[offset : offset + _RANK_CHUNK]
         store.put(chunk, store.encode_embeddings(docs[chunk]))

@@ -9,7 +9,8 @@ those are rescored with Eq. 7 and the best `top_k` kept. By default each candida
 vector is computed exactly at query time from its stored embedding (a matmul and a radix sort
 per candidate). Optionally a RankStore (models/rank_store.py) keeps every document's ranks
 quantised to 8 or 4 bits (M or M/2 bytes per document), kept in step by upsert and remove and
-filled for existing documents by `backfill_ranks`; a dot product with a candidate's row bounds
+filled for existing documents by `backfill_ranks`, neighbours side by side (`neighbour_order`,
+models/locality.py); a dot product with a candidate's row bounds
 its score, so an exact search computes rank vectors only for the candidates that could still
 reach the top_k (models/rescoring.py), and an approximate one scores candidates from their
 rows. A search uses the store only under the anchors it was built for (`anchors_key`).
@@ -32,6 +33,7 @@ import torch
 
 from models.faiss_vectors import FaissVectors
 from models.index_config import IndexConfig, IndexKind
+from models.locality import neighbour_order
 from models.metadata_filter import Metadata, Where, as_filter
 from models.metadata_filter import Scalar as Scalar  # re-exported: core/documents.py uses it
 from models.metadata_terms import MetadataPostings
@@ -113,6 +115,22 @@ class SearchIndex:
                 current = self._vectors.reconstruct(todo[keep])  # (k, dim)
                 unchanged[keep] = (current == vectors[keep]).all(axis=1)
             return store.put(todo[unchanged], codes[unchanged])
+
+    def neighbour_order(self, ids: np.ndarray) -> np.ndarray:
+        """`ids` (n,) reordered so that documents near each other come together: the order to
+        backfill a rank store in (models/locality.py). The embeddings are read a chunk at a
+        time under the lock; an id removed meanwhile is placed anywhere, and backfill skips it.
+        """
+
+        def vectors(positions: np.ndarray) -> np.ndarray:
+            wanted = ids[positions]  # (p,)
+            out = np.zeros((len(wanted), self.dim), dtype=np.float32)  # (p, dim)
+            with self._lock:
+                present = np.array([i in self._terms for i in wanted.tolist()], dtype=bool)
+                out[present] = self._vectors.reconstruct(wanted[present])
+            return out
+
+        return ids[neighbour_order(len(ids), vectors)]
 
     def upsert(
         self,

@@ -55,6 +55,8 @@ class RankStoreSync:
         start, stored = time.perf_counter(), 0
         logger.info("rank store %s: ranking %d documents in the background", store.key, len(ids))
         try:
+            # Rows are taken in the order they are written: neighbours' rows side by side.
+            ids = await asyncio.to_thread(index.neighbour_order, ids)
             for offset in range(0, len(ids), _BACKFILL_CHUNK):
                 chunk = ids[offset : offset + _BACKFILL_CHUNK]
                 done = await asyncio.to_thread(index.backfill_ranks, store, chunk)

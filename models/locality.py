@@ -10,12 +10,12 @@ store took 6.05 ms at the median, one byte in each of 100 such pages 5.46 ms, 10
 side (one page) 0.43 ms, and any of them again 0.39 ms (docs/benchmarks.md). Grouping the
 documents by k-means cell before the store is filled put a query's 100 candidates in 3-12
 pages (median 6, N = 500k clustered synthetic embeddings), and `bench.search` at 1M flat went
-from 1.08-1.10x cosine to 1.05x for an exact search with the codes.
+from 1.08-1.10x cosine to 1.05-1.06x for an exact search with the codes.
 
 The cells cost little beside the rank vectors they order: k-means (faiss) on a sample of 64
 documents per cell, then one product per document with the centroids; at 1M documents and
-1024 cells 7-10 s where the rank codes take 184 s. Fewer than two cells' worth of documents
-are left in the order given, as are those within a cell.
+1024 cells `bench.search`'s store took 199-209 s to fill with them, 184-190 s without. Fewer
+than two cells' worth of documents are left in the order given, as are those within a cell.
 """
 
 from collections.abc import Callable

@@ -10,11 +10,11 @@ vector is computed exactly at query time from its stored embedding (a matmul and
 per candidate). Optionally a RankStore (models/rank_store.py) keeps every document's ranks
 quantised to 8 or 4 bits (M or M/2 bytes per document), kept in step by upsert and remove and
 filled for existing documents by `backfill_ranks`, neighbours side by side (`neighbour_order`,
-models/locality.py); a dot product with a candidate's row bounds
-its score, so an exact search computes rank vectors only for the candidates that could still
-reach the top_k (models/rescoring.py), and an approximate one scores candidates from their
-rows. A search uses the store only under the anchors it was built for (`anchors_key`).
-`bench/search.py` measures the paths.
+models/locality.py); a dot product with a candidate's row bounds its score, so an exact search
+computes rank vectors only for the candidates that could still reach the top_k
+(models/rescoring.py), and an approximate one scores candidates from their rows. A search uses
+the store only under the anchors it was built for (`anchors_key`). `bench/search.py` measures
+the paths.
 
 The faiss index itself, flat or IVF, with its GPU copy: models/faiss_vectors.py.
 

@@ -14,8 +14,9 @@ from 1.08-1.10x cosine to 1.05-1.06x for an exact search with the codes.
 
 The cells cost little beside the rank vectors they order: k-means (faiss) on a sample of 64
 documents per cell, then one product per document with the centroids; at 1M documents and
-1024 cells `bench.search`'s store took 199-209 s to fill with them, 184-190 s without. Fewer
-than two cells' worth of documents are left in the order given, as are those within a cell.
+1024 cells the order took 12.6-12.7 s on one core (a script, load 0.8-0.9), and
+`bench.search`'s store 199-209 s to fill with it, 184-190 s without. Fewer than two cells'
+worth of documents are left in the order given, as are those within a cell.
 """
 
 from collections.abc import Callable
@@ -26,9 +27,12 @@ import numpy as np
 from models.faiss_gpu import one_faiss_thread
 
 DOCUMENTS_PER_CELL = 1000  # 10 MB of 8-bit codes at M = 10k, 5 pages; candidates span a few cells
-MAX_CELLS = 1024  # each document meets every centroid: at 1M documents 10-25 s on one core
+MAX_CELLS = 1024  # each document meets every centroid: at 1M documents 13 s on one core
 _SAMPLE_PER_CELL = 64  # not faiss's 256: a quarter of the training, and rough cells will do
-_CHUNK = 65_536  # documents assigned per product, so no copy of every embedding is held
+# Documents read and assigned at a time: no copy of every embedding is held, and SearchIndex
+# holds its lock while it copies a chunk out (at 300k documents 2.4-3.0 ms for 8192, flat or
+# IVF, against 23-36 ms for 65,536: a search arriving meanwhile waits that long).
+_CHUNK = 8192
 
 
 def cell_count(documents: int) -> int:

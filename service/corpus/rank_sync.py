@@ -57,6 +57,10 @@ class RankStoreSync:
         try:
             # Rows are taken in the order they are written: neighbours' rows side by side.
             ids = await asyncio.to_thread(index.neighbour_order, ids)
+        except Exception:
+            # The order only speeds reads up: without it the store still fills, in id order.
+            logger.exception("rank store %s: no neighbour order, filling in id order", store.key)
+        try:
             for offset in range(0, len(ids), _BACKFILL_CHUNK):
                 chunk = ids[offset : offset + _BACKFILL_CHUNK]
                 done = await asyncio.to_thread(index.backfill_ranks, store, chunk)

@@ -146,3 +146,25 @@ async def test_a_store_follows_the_anchors_and_the_encoder(
     off = RankStoreSync(make_settings(tmp_path, precomputed_ranks="off"))
     await off.ensure(engine, IndexState(plain, engine.encoder.checksum, {}))
     assert plain.rank_store is None
+
+
+async def test_a_store_fills_without_the_neighbour_order(
+    engine: Engine, sentences: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The order only places rows; if it fails, the store must still fill (in id order).
+    def broken(self: SearchIndex, ids: np.ndarray) -> np.ndarray:
+        raise RuntimeError("k-means failed")
+
+    monkeypatch.setattr(SearchIndex, "neighbour_order", broken)
+    sync = RankStoreSync(make_settings(tmp_path, precomputed_ranks="8bit"))
+    index = SearchIndex(engine.dim, IndexConfig(use_gpu=False))
+    index.upsert(np.arange(len(sentences)), engine.encoder.encode(sentences))
+    await sync.ensure(engine, IndexState(index, engine.encoder.checksum, {}))
+    store = index.rank_store
+    assert store is not None
+    for _ in range(200):  # the backfill runs in the background
+        if len(store) == len(sentences):
+            break
+        await asyncio.sleep(0.05)
+    assert len(store) == len(sentences)
+    sync.stop()

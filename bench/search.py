@@ -30,7 +30,7 @@ Encoding the query is not included (see bench.scoring).
 
     python -m bench.search [--sizes 10000 100000 1000000] [--queries 200] [--anchors 10000]
                            [--nprobe 32] [--bits 8] [--threads T] [--max-memory-mb MB]
-                           [--anchor-dtype float32|bfloat16|int8]
+                           [--anchor-dtype float32|bfloat16|int8] [--keep-warm-s S]
 """
 
 import argparse
@@ -119,6 +119,11 @@ def main() -> None:
         default=Settings.model_fields["anchor_dtype"].default,
         help="how the anchor matrix is held (RANKSERVE_ANCHOR_DTYPE; default: its default)",
     )  # fmt: skip
+    parser.add_argument(
+        "--keep-warm-s", type=float,
+        default=Settings.model_fields["precomputed_ranks_keep_warm_s"].default,
+        help="how often the store's pages are read (RANKSERVE_PRECOMPUTED_RANKS_KEEP_WARM_S)",
+    )  # fmt: skip
     parser.add_argument("--max-memory-mb", type=float, default=None)
     args = parser.parse_args()
     if args.threads is not None:
@@ -135,7 +140,7 @@ def main() -> None:
         f"{args.queries // 2} for the store paths: where each reads the rows first), "
         f"top_k={TOP_K}, M={args.anchors:,} anchors, "
         f"{CANDIDATES} candidates for Eq. 7, precomputed ranks at {args.bits} bits, "
-        f"anchors in {args.anchor_dtype}"
+        f"anchors in {args.anchor_dtype}, store pages read every {args.keep_warm_s} s (0: never)"
     )
     rng = np.random.default_rng(0)
     centres = rng.standard_normal((CLUSTERS, DIM), dtype=np.float32)
@@ -169,7 +174,7 @@ def measure_size(
 ) -> None:
     # faiss guidance: about 4 sqrt(N) lists, and at least 39 training vectors per list.
     nlist = max(16, min(1024, int(4 * np.sqrt(n)), n // 39) // 16 * 16)
-    store = RankStore(anchors, KEY, args.bits, budget_bytes=2**62)
+    store = RankStore(anchors, KEY, args.bits, budget_bytes=2**62, keep_warm_s=args.keep_warm_s)
     store_mb = n * store.codec.row_bytes / MB
     # The whole store beside one index (vectors, ids, maps) and a margin, or only query rows.
     full_store = budget.allows(store_mb + n * DIM * 4 * 1.2 / MB + 256)

@@ -176,8 +176,13 @@ class Settings(BaseSettings):
     # of its query instead of 1.58x (bench.http_search, docs/benchmarks.md).
     precomputed_ranks: Literal["off", "8bit", "4bit"] = "8bit"
     precomputed_ranks_budget_mb: int = Field(
-        default=1024, ge=1, description="the rank store's file; 8bit at M=10k: ~100k documents"
+        default=1024, ge=1, description="the rank store's memory; 8bit at M=10k: ~100k documents"
     )
+    # Where the host lets memory go cold after a minute or so unread (docs/search.md, the rank
+    # store), one byte of every 2 MB page of the store is read this often: on an AMD EPYC Zen 4
+    # VM every 10 s kept 100 random pages at 0.14 ms, every 30 s at 0.58 ms, against 2.0-2.4 ms
+    # left alone (docs/benchmarks.md, seventeenth session).
+    precomputed_ranks_keep_warm_s: float = Field(default=10.0, ge=0.0, description="0 = off")
     # True: the codes only rule out candidates that cannot reach the top_k, and every hit and
     # score is exact Eq. 7. False: candidates are scored from their codes (about 4e-5 off at
     # 8 bits, so near-ties may swap), which saves the remaining rank vectors.

@@ -13,7 +13,9 @@ ones (fewer TLB misses; a script, AMD EPYC Zen 4 VM). A disk file under the map,
 earlier versions had, was written back for nothing (the store is rebuilt at every start, since
 a row is only valid for the document text it was computed from) and, on a 2-core VM, made
 reading 100 rows of a 10 GB store take 1.1-3.4 ms instead of 0.2-0.45 (docs/benchmarks.md).
-The budget is therefore memory.
+The budget is therefore memory. Where the host lets memory the guest has not read for a while
+go cold, `keep_warm_s` reads one byte of every 2 MB page of the written rows that often
+(models/page_warmer.py), so the rows a search reads are as fast as rows read just before.
 
 Not thread-safe: SearchIndex calls it under its own lock. `encode_embeddings` reads nothing
 mutable and runs outside that lock.
@@ -24,11 +26,13 @@ import logging
 import mmap
 import os
 import sys
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
+from models.page_warmer import PageWarmer
 from models.rank_codes import RankBits, RankCodec
 from models.ranking import anchor_ranks
 from models.row_map import RowMap
@@ -47,6 +51,7 @@ class RankStore:
         key: str,
         bits: RankBits,
         budget_bytes: int,
+        keep_warm_s: float = 0.0,
     ) -> None:
         self.anchors = anchors  # (m, dim) unit rows, on the device that ranks them
         self.codec = RankCodec(int(anchors.shape[0]), bits)
@@ -58,6 +63,13 @@ class RankStore:
         self._free: list[int] = []  # rows of removed documents, reused first
         self._used = 0  # rows ever handed out (the high-water mark)
         self._warned_full = False
+        self._warmer: PageWarmer | None = None
+        if keep_warm_s > 0:
+            # A weak reference: the thread must not keep a replaced store's memory alive.
+            this = weakref.ref(self)
+            self._warmer = PageWarmer(
+                self.key, keep_warm_s, lambda: None if (store := this()) is None else store.written
+            )
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -69,6 +81,11 @@ class RankStore:
     def bytes_used(self) -> int:
         """Memory its rows have taken (rows of removed documents are reused)."""
         return self._used * self.codec.row_bytes
+
+    @property
+    def written(self) -> np.ndarray:
+        """The rows handed out so far (used, ready for reuse, or never written)."""
+        return self._matrix[: self._used]
 
     def encode_embeddings(self, embeddings: np.ndarray | torch.Tensor) -> np.ndarray:
         """(n, row_bytes) codes of unit embeddings (n, dim): exact ranks, then quantised."""
@@ -115,6 +132,8 @@ class RankStore:
 
     def close(self) -> None:
         """Give the memory back now rather than when the last reference goes."""
+        if self._warmer is not None:
+            self._warmer.stop()
         self._matrix = np.zeros((0, self.codec.row_bytes), dtype=np.uint8)
 
     def _take_row(self) -> int | None:

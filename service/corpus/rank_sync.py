@@ -27,6 +27,7 @@ class RankStoreSync:
     def __init__(self, settings: Settings) -> None:
         self.bits = _BITS.get(settings.precomputed_ranks)
         self.budget_bytes = settings.precomputed_ranks_budget_mb * 2**20
+        self.keep_warm_s = settings.precomputed_ranks_keep_warm_s
         self._task: asyncio.Task[None] | None = None
 
     async def ensure(self, engine: Engine | None, state: IndexState | None) -> None:
@@ -41,7 +42,9 @@ class RankStoreSync:
         current = index.rank_store
         if current is not None and current.anchors_key == key:
             return
-        store = RankStore(engine.anchors.embeddings, key, self.bits, self.budget_bytes)
+        store = RankStore(
+            engine.anchors.embeddings, key, self.bits, self.budget_bytes, self.keep_warm_s
+        )
         missing = await asyncio.to_thread(index.attach_rank_store, store)
         self.stop()
         self._task = asyncio.create_task(self._backfill(index, store, missing), name="ranks")

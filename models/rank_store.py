@@ -15,7 +15,7 @@ a row is only valid for the document text it was computed from) and, on a 2-core
 reading 100 rows of a 10 GB store take 1.1-3.4 ms instead of 0.2-0.45 (docs/benchmarks.md).
 The budget is therefore memory. Where the host lets memory the guest has not read for a while
 go cold, `keep_warm_s` reads one byte of every 2 MB page of the written rows that often
-(models/page_warmer.py), so the rows a search reads are as fast as rows read just before.
+(models/page_warmer.py), so a search's first read of its rows does not find them cold.
 
 Not thread-safe: SearchIndex calls it under its own lock. `encode_embeddings` reads nothing
 mutable and runs outside that lock.
@@ -84,7 +84,7 @@ class RankStore:
 
     @property
     def written(self) -> np.ndarray:
-        """The rows handed out so far (used, ready for reuse, or never written)."""
+        """The rows handed out so far (in use, or freed and ready for reuse)."""
         return self._matrix[: self._used]
 
     def encode_embeddings(self, embeddings: np.ndarray | torch.Tensor) -> np.ndarray:

@@ -20,8 +20,8 @@ _PAGES_PER_READ = 1024
 
 
 def touch(memory: np.ndarray) -> int:
-    """Read one byte of every PAGE_BYTES of `memory` (contiguous); returns their sum, so the
-    reads are not optimised away."""
+    """Read one byte of every PAGE_BYTES of `memory` (contiguous); returns the sum of the bytes
+    read."""
     first_bytes = memory.reshape(-1).view(np.uint8)[::PAGE_BYTES]  # (pages,)
     total = 0
     for start in range(0, len(first_bytes), _PAGES_PER_READ):

@@ -28,8 +28,9 @@ from models.anchors import AnchorSet
 from models.encoder import Encoder
 from service.engine import Engine
 from tests.cli.conftest import flat
+from tests.polling import wait_until
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
-from tests.service.corpus_helpers import search_ids, sick_sentences, wait_until
+from tests.service.corpus_helpers import search_ids, sick_sentences
 
 
 @pytest.fixture

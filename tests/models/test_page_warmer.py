@@ -4,7 +4,6 @@ reads, how often, and that it ends with its store."""
 import gc
 import threading
 import time
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -12,15 +11,7 @@ import torch
 
 from models.page_warmer import PAGE_BYTES, PageWarmer, touch
 from models.rank_store import RankStore
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
+from tests.polling import wait_until
 
 
 def warmers(name: str) -> list[threading.Thread]:
@@ -46,9 +37,9 @@ def test_the_warmer_reads_every_period_until_stopped() -> None:
         return memory
 
     warmer = PageWarmer("test", 0.01, give)
-    assert wait_for(lambda: len(reads) >= 3)
+    wait_until(lambda: len(reads) >= 3)
     warmer.stop()
-    assert wait_for(lambda: not warmers("test"))
+    wait_until(lambda: not warmers("test"))
     count = len(reads)
     time.sleep(0.05)
     assert len(reads) == count
@@ -56,7 +47,7 @@ def test_the_warmer_reads_every_period_until_stopped() -> None:
 
 def test_the_warmer_ends_when_its_memory_is_gone() -> None:
     PageWarmer("gone", 0.01, lambda: None)
-    assert wait_for(lambda: not warmers("gone"))
+    wait_until(lambda: not warmers("gone"))
 
 
 def test_the_period_must_be_positive() -> None:
@@ -69,7 +60,7 @@ def test_a_store_keeps_warm_only_while_it_lives() -> None:
     closed = RankStore(anchors, "closed", 8, 1 << 20, keep_warm_s=0.01)
     assert len(warmers(closed.key)) == 1
     closed.close()
-    assert wait_for(lambda: not warmers(closed.key))
+    wait_until(lambda: not warmers(closed.key))
 
     dropped = RankStore(anchors, "dropped", 8, 1 << 20, keep_warm_s=0.01)
     dropped.put([5, 9], dropped.encode_embeddings(anchors[:2]))
@@ -79,7 +70,7 @@ def test_a_store_keeps_warm_only_while_it_lives() -> None:
     del dropped
     gc.collect()
     # The thread held no reference: the store went, and the thread with it.
-    assert wait_for(lambda: not warmers(key))
+    wait_until(lambda: not warmers(key))
 
     cold = RankStore(anchors, "cold", 8, 1 << 20)
     assert not warmers(cold.key)

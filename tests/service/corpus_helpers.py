@@ -7,7 +7,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,14 +104,6 @@ def corpus_server(engine: Engine, var_dir: Path, **overrides: Any) -> Iterator[S
 
 def api(server: Server) -> httpx.Client:
     return server.client(headers=AUTH)
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
-        time.sleep(0.05)
 
 
 def search_ids(client: httpx.Client, query: str, **body: Any) -> list[str]:

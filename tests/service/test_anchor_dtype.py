@@ -10,8 +10,9 @@ import torch
 from models.anchor_formats import hold
 from models.ranking import blend
 from service.engine import Engine
+from tests.polling import wait_until
 from tests.service.conftest import Server
-from tests.service.corpus_helpers import api, corpus_server, sick_sentences, wait_until
+from tests.service.corpus_helpers import api, corpus_server, sick_sentences
 from tests.service.test_search import QUERY, brute_force
 from tests.service.test_search_ranks import rank_store_size
 

@@ -10,7 +10,8 @@ import redis
 
 from core.settings import Settings
 from service.engine import Engine
-from tests.service.corpus_helpers import api, corpus_server, fresh_prefix, search_ids, wait_until
+from tests.polling import wait_until
+from tests.service.corpus_helpers import api, corpus_server, fresh_prefix, search_ids
 
 pytestmark = pytest.mark.slow
 

@@ -10,15 +10,9 @@ import httpx
 import pytest
 
 from service.engine import Engine
+from tests.polling import wait_until
 from tests.service.conftest import Server
-from tests.service.corpus_helpers import (
-    api,
-    corpus_server,
-    fresh_prefix,
-    private_redis,
-    search_ids,
-    wait_until,
-)
+from tests.service.corpus_helpers import api, corpus_server, fresh_prefix, private_redis, search_ids
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,9 @@ from models.index import IndexConfig, SearchIndex
 from service.corpus.index_state import IndexState
 from service.corpus.rank_sync import RankStoreSync
 from service.engine import Engine
+from tests.polling import wait_until
 from tests.service.conftest import Server, make_settings
-from tests.service.corpus_helpers import api, corpus_server, sick_sentences, wait_until
+from tests.service.corpus_helpers import api, corpus_server, sick_sentences
 from tests.service.test_search import QUERY, brute_force
 
 

@@ -27,7 +27,8 @@ from core.jobs import retrain_queue
 from core.redis_clients import sync_redis
 from core.redis_keys import RedisKeys
 from service.engine import Engine
-from tests.service.corpus_helpers import api, corpus_server, free_port, search_ids, wait_until
+from tests.polling import wait_until
+from tests.service.corpus_helpers import api, corpus_server, free_port, search_ids
 from worker.runner import build_worker
 
 pytestmark = [

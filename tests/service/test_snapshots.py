@@ -11,8 +11,9 @@ import pytest
 
 from core.snapshots import DOCUMENTS, MANIFEST, SNAPSHOTS_DIR
 from service.engine import Engine
+from tests.polling import wait_until
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
-from tests.service.corpus_helpers import fresh_prefix, search_ids, sick_sentences, wait_until
+from tests.service.corpus_helpers import fresh_prefix, search_ids, sick_sentences
 
 pytestmark = pytest.mark.slow
 

@@ -55,25 +55,23 @@ class FaissVectors:
         return self._index.reconstruct_batch(ids)  # (n, dim)
 
     def search(
-        self, query: np.ndarray, k: int, allowed: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, inner products) of up to k documents, best first, among `allowed` ids (None:
-        all); `query` is (1, dim) and k at most the number of documents allowed."""
-        ids, scores, _ = self._search(query, k, allowed, with_vectors=False)
-        return ids, scores
+        self, query: np.ndarray, k: int, allowed: np.ndarray | None, *, with_vectors: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(ids, inner products, their vectors (n, dim) if asked for) of up to k documents,
+        best first, among `allowed` ids (None: all); `query` is (1, dim) and k at most the
+        number of documents allowed.
 
-    def search_with_vectors(
-        self, query: np.ndarray, k: int, allowed: np.ndarray | None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`search`, and the (n, dim) vectors of the ids it returns. faiss copies them out of
-        the lists it scanned: 100 candidates of an IVF over 1M documents took 2.14 ms with
-        their vectors, against 2.28 ms for the search and then a lookup of each id (AMD EPYC
-        Zen 4, a script alternating the two, load 1.1), the same vectors. `search` stays
-        faiss's plain search, since for the 10 hits of a cosine-only search the vectors cost
-        more than they save: 2.31 ms against 2.20 (same index and CPU, load 0.9)."""
-        ids, scores, vectors = self._search(query, k, allowed, with_vectors=True)
-        assert vectors is not None  # with_vectors: every path returns them
-        return ids, scores, vectors
+        faiss copies the vectors out of the lists it scanned: 100 candidates of an IVF over 1M
+        documents took 2.29 ms with their vectors, 2.25 ms searched and then looked up by id,
+        2.13 ms without them (AMD EPYC Zen 4, a script alternating the three, load 0.7). So a
+        search that needs few of them reads them later (models/candidates.py)."""
+        if allowed is not None and len(allowed) <= k:
+            # Every allowed document is a candidate: nothing to search.
+            vectors = self.reconstruct(allowed)  # (k, dim)
+            scores = vectors @ query[0]  # (k,)
+            order = np.lexsort((allowed, -scores))
+            return allowed[order], scores[order], vectors[order] if with_vectors else None
+        return self._search(query, k, allowed, with_vectors=with_vectors)
 
     def _search(
         self, query: np.ndarray, k: int, allowed: np.ndarray | None, *, with_vectors: bool

@@ -5,16 +5,12 @@ Reference: Seonwoo et al., "Ranking-Enhanced Unsupervised Sentence Representatio
 normalised rank vectors of Eq. 2-3 against the anchor matrix.
 
 faiss proposes `candidates` documents by inner product (= cosine, every vector is unit length);
-those are rescored with Eq. 7 and the best `top_k` kept. By default each candidate's rank
-vector is computed exactly at query time from its stored embedding (a matmul and a radix sort
-per candidate). Optionally a RankStore (models/rank_store.py) keeps every document's ranks
-quantised to 8 or 4 bits (M or M/2 bytes per document), kept in step by upsert and remove and
-filled for existing documents by `backfill_ranks`, neighbours side by side (`neighbour_order`,
-models/locality.py); a dot product with a candidate's row bounds its score, so an exact search
-computes rank vectors only for the candidates that could still reach the top_k
-(models/rescoring.py), and an approximate one scores candidates from their rows. A search uses
-the store only under the anchors it was built for (`anchors_key`). `bench/search.py` measures
-the paths.
+Eq. 7 rescores them (models/rescoring.py), computing rank vectors at query time only for the
+candidates that could still reach the top_k. Optionally a RankStore (models/rank_store.py)
+keeps every document's ranks quantised to 8 or 4 bits, in step with upsert and remove and
+filled for existing documents by `backfill_ranks`, neighbours side by side (`neighbour_order`);
+its rows bound each candidate's score (exact search) or stand for its rank vector
+(approximate), under the anchors they were built for (`anchors_key`) only.
 
 The faiss index itself, flat or IVF, with its GPU copy: models/faiss_vectors.py.
 
@@ -26,11 +22,12 @@ filter never shortens the result below min(top_k, number of matching documents).
 """
 
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 import torch
 
+from models.candidates import Candidates, CandidatesChangedError, from_scores, with_embeddings
 from models.faiss_vectors import FaissVectors
 from models.index_config import IndexConfig, IndexKind
 from models.locality import neighbour_order
@@ -38,18 +35,16 @@ from models.metadata_filter import Metadata, Where, as_filter
 from models.metadata_filter import Scalar as Scalar  # re-exported: core/documents.py uses it
 from models.metadata_terms import MetadataPostings
 from models.rank_store import RankStore
-from models.rescoring import SearchHits, StoredRanks, query_vectors, rescore, rescore_chunks
+from models.rescoring import SearchHits, StoredRanks, query_vectors, rescore
 from models.spare_core import Pending
-
-# Documents read back at once by the exhaustive search: bounds its (chunk, m) rank matrix.
-_SCAN_CHUNK = 2048
 
 
 class SearchIndex:
     """Document embeddings under int64 ids, with their filterable metadata terms.
 
     Thread-safe: writes and the faiss part of a search hold one lock; Eq. 7 rescoring, the
-    expensive part, runs outside it on copies of the candidates' embeddings.
+    expensive part, runs outside it, taking it again only to read the candidates' embeddings
+    or rank codes it needs.
     """
 
     def __init__(self, dim: int, config: IndexConfig | None = None) -> None:
@@ -171,8 +166,9 @@ class SearchIndex:
         """Remove documents by id; unknown ids are ignored. Returns how many were removed."""
         id_array = np.unique(np.fromiter(ids, dtype=np.int64))
         with self._lock:
-            self._writes += 1
-            return self._remove_locked(id_array)
+            removed = self._remove_locked(id_array)
+            self._writes += removed > 0  # removing nothing spoils no search in flight
+            return removed
 
     def embeddings(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """Stored embeddings (n, dim) of known ids."""
@@ -212,82 +208,96 @@ class SearchIndex:
         query_np = _as_float32(query).reshape(1, -1)  # (1, dim)
         k = max(candidates, top_k)
         store = self._ranks
-        if store is None or anchors_key is None or store.anchors_key != anchors_key:
-            with self._lock:
-                ids, vectors = self._candidate_vectors_locked(query_np, k, where)
+        if store is not None and (anchors_key is None or store.anchors_key != anchors_key):
+            store = None
+
+        def search(read_later: bool) -> SearchHits:
+            found, stored = self._search(query, anchors, query_np, k, where, store, read_later)
             return rescore(
-                query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k, exact=exact
+                query,
+                anchors,
+                found,
+                stored=stored,
+                lambda_inf=lambda_inf,
+                top_k=top_k,
+                exact=exact,
             )
+
+        if not self._vectors.on_gpu:
+            try:
+                return search(read_later=True)
+            except CandidatesChangedError:
+                pass  # rare: a write came between faiss and an embedding's read
+        return search(read_later=False)
+
+    def _search(
+        self,
+        query: torch.Tensor,
+        anchors: torch.Tensor,
+        query_np: np.ndarray,
+        k: int,
+        where: Where,
+        store: RankStore | None,
+        read_later: bool,
+    ) -> tuple[Candidates, StoredRanks | None]:
+        """faiss's candidates, and the codes of `store` for them.
+
+        read_later: the candidates' cosines are faiss's scores, and their embeddings are read
+        only where rank vectors need them (models/candidates.py), which is right on CPU, where
+        faiss's scores are float32 sums; a write before such a read raises CandidatesChangedError.
+        Otherwise every embedding is copied out with the candidates: where faiss runs on a
+        GPU, and after a write spoiled a search that read them later.
+        """
         # The codes need the query's rank vector: the spare core makes it while faiss scans,
         # and the lock is not held while it is awaited, so writes and other searches go on.
-        pending = Pending(lambda: query_vectors(query, anchors)[1])
+        pending = None if store is None else Pending(lambda: query_vectors(query, anchors)[1])
         with self._lock:
-            ids, vectors = self._candidate_vectors_locked(query_np, k, where)
+            ids, scores, vectors = self._candidates_locked(
+                query_np, k, where, with_vectors=not read_later
+            )
             writes = self._writes
+        if vectors is None:
+
+            def read(positions: np.ndarray) -> np.ndarray:
+                with self._lock:
+                    if self._writes != writes:
+                        raise CandidatesChangedError
+                    return self._vectors.reconstruct(ids[positions])  # (p, dim)
+
+            found = from_scores(ids, scores, self.dim, read)
+        elif self._vectors.on_gpu:
+            found = with_embeddings(ids, vectors, query_np[0])
+        else:
+            found = from_scores(ids, scores, self.dim, vectors.__getitem__)
+        if pending is None or store is None:
+            return found, None
         query_rank = pending.result()  # (m,)
         with self._lock:
             if self._writes != writes:  # candidates removed or replaced meanwhile are dropped
+                if vectors is None:
+                    raise CandidatesChangedError
                 kept = np.array([i in self._terms for i in ids.tolist()], dtype=bool)
-                ids, vectors = ids[kept], self._vectors.reconstruct(ids[kept])
+                vectors = self._vectors.reconstruct(ids[kept])  # (c, dim)
+                found = with_embeddings(ids[kept], vectors, query_np[0])
                 writes = self._writes
+        return found, self._stored(store, query_rank, writes)
+
+    def _stored(self, store: RankStore, query_rank: torch.Tensor, writes: int) -> StoredRanks:
+        """The codes of `store` against `query_rank` (m,), for candidates found at `writes`."""
 
         def read(subset: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             """The codes of candidates `subset` (p,), as none where the store was replaced
-            (new anchors) or a write came since the candidates' vectors were read: a
-            replaced document's codes would describe another text."""
+            (new anchors) or a write came since the candidates were found: a replaced
+            document's codes would describe another text."""
             with self._lock:
                 if self._writes == writes and self._ranks is store:
                     return store.similarities(subset, query_rank)
             return np.zeros(len(subset), dtype=bool), np.zeros(len(subset), dtype=np.float32)
 
-        return rescore(
-            query,
-            anchors,
-            ids,
-            vectors,
-            lambda_inf=lambda_inf,
-            top_k=top_k,
-            stored=StoredRanks(read, query_rank, store.codec),
-            exact=exact,
-        )
-
-    def search_exact(
-        self,
-        query: torch.Tensor,
-        anchors: torch.Tensor,
-        *,
-        top_k: int,
-        lambda_inf: float,
-        where: Where = None,
-    ) -> SearchHits:
-        """Eq. 7 against every (allowed) document: the brute-force reference, O(N * M log M)."""
-        clause = as_filter(where)
-        with self._lock:
-            if clause is None:
-                pool = self._all_ids_locked()
-            else:
-                pool = _id_array(self._terms.allowed(clause))
-
-        def chunks() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-            for start in range(0, len(pool), _SCAN_CHUNK):
-                with self._lock:
-                    # Documents removed since the snapshot of ids are skipped.
-                    chunk = [i for i in pool[start : start + _SCAN_CHUNK].tolist() if i in self]
-                    ids = np.array(chunk, dtype=np.int64)  # (c,)
-                    yield ids, self._vectors.reconstruct(ids)  # (c, dim)
-
-        return rescore_chunks(query, anchors, chunks(), lambda_inf=lambda_inf, top_k=top_k)
+        return StoredRanks(read, query_rank, store.codec)
 
     def _all_ids_locked(self) -> np.ndarray:
         return np.fromiter(self._terms, dtype=np.int64, count=len(self._terms))  # (n,)
-
-    def _candidate_vectors_locked(
-        self, query: np.ndarray, k: int, where: Where
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(ids, vectors (n, dim)) of _candidates_locked's documents."""
-        ids, _, vectors = self._candidates_locked(query, k, where, with_vectors=True)
-        assert vectors is not None  # with_vectors: every path returns them
-        return ids, vectors
 
     def _candidates_locked(
         self, query: np.ndarray, k: int, where: Where, *, with_vectors: bool
@@ -300,17 +310,8 @@ class SearchIndex:
         if k == 0:
             empty = np.empty((0, self.dim), dtype=np.float32) if with_vectors else None
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float32), empty
-        if allowed is not None and len(allowed) <= k:
-            # Every allowed document is a candidate: nothing to search.
-            pool = _id_array(allowed)
-            vectors = self._vectors.reconstruct(pool)  # (k, dim)
-            scores = vectors @ query[0]  # (k,)
-            order = np.lexsort((pool, -scores))
-            return pool[order], scores[order], vectors[order] if with_vectors else None
         selected = None if allowed is None else _id_array(allowed)
-        if with_vectors:
-            return self._vectors.search_with_vectors(query, k, selected)
-        return (*self._vectors.search(query, k, selected), None)
+        return self._vectors.search(query, k, selected, with_vectors=with_vectors)
 
     def _remove_locked(self, ids: np.ndarray) -> int:
         present = np.array([i for i in ids.tolist() if i in self._terms], dtype=np.int64)

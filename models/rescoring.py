@@ -22,12 +22,13 @@ candidate (a threshold algorithm, as in Fagin et al., "Optimal aggregation algor
 middleware", PODS 2001).
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from models.candidates import Candidates
 from models.cpu_products import row_dots
 from models.rank_codes import RankCodec
 from models.ranking import blend, rank_vectors, rank_vectors_chunked
@@ -85,18 +86,8 @@ def eq7_scores(
     return blend(cosine, rank, lambda_inf), cosine, rank
 
 
-def _rows(documents: torch.Tensor, positions: np.ndarray) -> torch.Tensor:
-    """documents[positions] (p, dim). On CPU numpy selects them: torch's indexing of even a
-    dozen rows runs an OpenMP region, whose workers then spin on the core that
-    models/spare_core.py's helper needs (at N = 300k IVF the approximate path took 3.9 ms
-    instead of 2.3)."""
-    if documents.device.type == "cpu":
-        return torch.from_numpy(documents.numpy()[positions])
-    return documents[torch.from_numpy(positions).to(documents.device)]
-
-
 def _rows_after(first: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-    """first (dim,) stacked on rows (r, dim), without OpenMP on CPU (see _rows)."""
+    """first (dim,) stacked on rows (r, dim), without OpenMP on CPU (Candidates.rows)."""
     if rows.device.type == "cpu":
         return torch.from_numpy(np.concatenate([first.numpy()[None], rows.numpy()]))
     return torch.cat([first[None], rows])
@@ -116,35 +107,34 @@ def query_vectors(query: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Ten
 def rescore(
     query: torch.Tensor,
     anchors: torch.Tensor,
-    ids: np.ndarray,
-    vectors: np.ndarray,
+    candidates: Candidates,
     *,
     lambda_inf: float,
     top_k: int,
     stored: StoredRanks | None = None,
     exact: bool = True,
 ) -> SearchHits:
-    """The top_k of candidates `ids` (n,) with embeddings `vectors` (n, dim) by Eq. 7.
+    """The top_k of `candidates` by Eq. 7.
 
     Exact: the hits of scoring every candidate, with rank vectors computed only for those whose
     score bound (module docstring) can still reach the top_k. With exact=False, candidates
-    with `stored` estimates are scored from them instead.
+    with `stored` estimates are scored from them instead. Embeddings are read only for the
+    candidates that get rank vectors.
     """
-    if len(ids) == 0:
+    if len(candidates) == 0:
         return empty_hits()
     query_t = _on_anchors(query, anchors)  # (dim,)
-    documents = torch.from_numpy(vectors).to(anchors.device)  # (n, dim)
-    cosine = row_dots(documents, query_t).cpu().numpy()  # (n,)
+    ids, cosine = candidates.ids, candidates.cosine
     order = np.lexsort((ids, -cosine))  # (n,) cosine descending, then id
     if stored is not None:
         error = stored.error if exact else 0.0
-        found, rho, read = _read_codes(stored, ids, cosine, order, error, lambda_inf, top_k)
+        found, rho, read = _read_codes(stored, candidates, order, error, lambda_inf, top_k)
     if stored is None or not found.any():
-        bound = _bound_without_rank(cosine[order], lambda_inf)  # (n,) non-increasing
-        return _rescore_exact(query_t, anchors, ids, documents, order, bound, lambda_inf, top_k)
+        bound = _bound_without_rank(candidates.cosine_high[order], lambda_inf)  # (n,)
+        return _rescore_exact(query_t, anchors, candidates, order, bound, lambda_inf, top_k)
     if exact:
         return _rescore_verified(
-            query_t, anchors, ids, documents, cosine, found, rho, stored, lambda_inf, top_k
+            query_t, anchors, candidates, found, rho, stored, lambda_inf, top_k
         )
     # Estimates cost nothing more: every candidate that has one is scored from it.
     rank = torch.from_numpy(rho[found])  # (f,)
@@ -153,22 +143,20 @@ def rescore(
     # The others get exact rank vectors, best cosine first, while their bound reaches the top_k;
     # those whose codes went unread could not reach it (_read_codes).
     missing = order[read[order] & ~found[order]]  # (u,)
-    bound = _bound_without_rank(cosine[missing], lambda_inf)  # (u,)
+    bound = _bound_without_rank(candidates.cosine_high[missing], lambda_inf)  # (u,)
     for start in range(0, len(missing), _BLOCK):
         if len(kept) == top_k and bound[start] < kept.scores[-1]:
             break
         take = missing[start : start + _BLOCK]  # (b,)
-        score, cos, rank = eq7_scores(
-            query_t, stored.query_rank, _rows(documents, take), anchors, lambda_inf
-        )
+        rows = candidates.rows(take, anchors.device)  # (b, dim)
+        score, cos, rank = eq7_scores(query_t, stored.query_rank, rows, anchors, lambda_inf)
         kept = _merge(kept, ids[take], score, cos, rank, top_k)
     return kept
 
 
 def _read_codes(
     stored: StoredRanks,
-    ids: np.ndarray,
-    cosine: np.ndarray,
+    candidates: Candidates,
     order: np.ndarray,
     error: float,
     lambda_inf: float,
@@ -184,6 +172,7 @@ def _read_codes(
     top_k neither way: its codes would change no hit, and it is left unread (read False, found
     False), as the bounds in _rescore_verified and rescore's approximate path rule it out.
     """
+    ids = candidates.ids
     found = np.zeros(len(ids), dtype=bool)  # (n,)
     rho = np.zeros(len(ids), dtype=np.float32)  # (n,)
     first = order[:top_k]  # (k,)
@@ -191,8 +180,9 @@ def _read_codes(
     rest = order[top_k:]  # (n - k,)
     if len(rest):
         rho_low = np.where(found[first], rho[first] - error, -_RHO_MAX)  # (k,)
-        floor = np.min((1.0 - lambda_inf) * cosine[first] + lambda_inf * rho_low)
-        rest = rest[_bound_without_rank(cosine[rest], lambda_inf) >= floor]  # (r,)
+        floor = np.min((1.0 - lambda_inf) * candidates.cosine_low[first] + lambda_inf * rho_low)
+        reach = _bound_without_rank(candidates.cosine_high[rest], lambda_inf) >= floor
+        rest = rest[reach]  # (r,)
         found[rest], rho[rest] = stored.read(ids[rest])
     read = np.zeros(len(ids), dtype=bool)  # (n,)
     read[first] = read[rest] = True
@@ -207,8 +197,7 @@ def _bound_without_rank(cosine: np.ndarray, lambda_inf: float) -> np.ndarray:
 def _rescore_exact(
     query: torch.Tensor,
     anchors: torch.Tensor,
-    ids: np.ndarray,
-    documents: torch.Tensor,
+    candidates: Candidates,
     order: np.ndarray,
     bound: np.ndarray,
     lambda_inf: float,
@@ -219,8 +208,9 @@ def _rescore_exact(
     the query with the best candidates by cosine, then every other candidate whose bound
     reaches the k-th score found. That score only rises as more are scored, so no candidate
     left out could have entered the top_k."""
+    ids = candidates.ids
     head = order[: max(top_k, _BLOCK)]  # (h,)
-    head_rows = _rows(documents, head)  # (h, dim)
+    head_rows = candidates.rows(head, anchors.device)  # (h, dim)
     ranks = rank_vectors_chunked(_rows_after(query, head_rows), anchors)  # (1 + h, m)
     query_rank, ranks = ranks[0], ranks[1:]  # (m,), (h, m)
     cosine = row_dots(head_rows, query)  # (h,)
@@ -232,16 +222,15 @@ def _rescore_exact(
     if reach == len(head):
         return kept
     take = order[len(head) : reach]  # (r,)
-    score, cos, rank = eq7_scores(query, query_rank, _rows(documents, take), anchors, lambda_inf)
+    rows = candidates.rows(take, anchors.device)  # (r, dim)
+    score, cos, rank = eq7_scores(query, query_rank, rows, anchors, lambda_inf)
     return _merge(kept, ids[take], score, cos, rank, top_k)
 
 
 def _rescore_verified(
     query: torch.Tensor,
     anchors: torch.Tensor,
-    ids: np.ndarray,
-    documents: torch.Tensor,
-    cosine: np.ndarray,
+    candidates: Candidates,
     found: np.ndarray,
     rho: np.ndarray,
     stored: StoredRanks,
@@ -252,40 +241,21 @@ def _rescore_verified(
     product with the anchor matrix.
 
     The codes put each candidate's rho within `stored.error` of its estimate (rho in
-    [-1.01, 1.01] without codes), so each Eq. 7 score lies in [low, high]. At least top_k
-    candidates score at least the top_k-th largest `low`, so one whose `high` is below it
-    cannot be in the top_k: only the others get exact rank vectors, and the hits are the exact
-    ones.
+    [-1.01, 1.01] without codes), and its cosine lies within the candidates' cosine error, so
+    each Eq. 7 score lies in [low, high]. At least top_k candidates score at least the top_k-th
+    largest `low`, so one whose `high` is below it cannot be in the top_k: only the others get
+    exact rank vectors, and the hits are the exact ones.
     """
     error = np.where(found, stored.error, 2 * _RHO_MAX)  # (n,)
     rho_low = np.maximum(rho - error, -_RHO_MAX)  # (n,)
     rho_high = np.minimum(rho + error, _RHO_MAX)  # (n,)
-    low = (1.0 - lambda_inf) * cosine + lambda_inf * rho_low  # (n,)
-    high = (1.0 - lambda_inf) * cosine + lambda_inf * rho_high  # (n,)
+    low = (1.0 - lambda_inf) * candidates.cosine_low + lambda_inf * rho_low  # (n,)
+    high = (1.0 - lambda_inf) * candidates.cosine_high + lambda_inf * rho_high  # (n,)
     kth = np.partition(low, -top_k)[-top_k] if len(low) > top_k else -np.inf
     take = np.flatnonzero(high >= kth)  # (t,)
-    score, cos, rank = eq7_scores(
-        query, stored.query_rank, _rows(documents, take), anchors, lambda_inf
-    )
-    return _merge(empty_hits(), ids[take], score, cos, rank, top_k)
-
-
-def rescore_chunks(
-    query: torch.Tensor,
-    anchors: torch.Tensor,
-    chunks: Iterable[tuple[np.ndarray, np.ndarray]],
-    *,
-    lambda_inf: float,
-    top_k: int,
-) -> SearchHits:
-    """Exact Eq. 7 top_k over (ids (c,), vectors (c, dim)) chunks, holding one chunk at a time."""
-    query_t, query_rank = query_vectors(query, anchors)
-    kept = empty_hits()
-    for ids, vectors in chunks:
-        documents = torch.from_numpy(vectors).to(anchors.device)  # (c, dim)
-        score, cosine, rank = eq7_scores(query_t, query_rank, documents, anchors, lambda_inf)
-        kept = _merge(kept, ids, score, cosine, rank, top_k)
-    return kept
+    rows = candidates.rows(take, anchors.device)  # (t, dim)
+    score, cos, rank = eq7_scores(query, stored.query_rank, rows, anchors, lambda_inf)
+    return _merge(empty_hits(), candidates.ids[take], score, cos, rank, top_k)
 
 
 def _merge(

@@ -9,7 +9,9 @@ import torch
 
 from core.settings import DATA_DIR, Settings
 from models.anchors import AnchorSet
+from models.candidates import Candidates
 from models.encoder import Encoder
+from models.faiss_vectors import FaissVectors
 from models.index import IndexConfig, SearchIndex
 from models.metadata_terms import metadata_terms
 from models.ranking import blend, rank_vectors
@@ -62,30 +64,21 @@ def real_corpus(encoder: Encoder, sick_sentences: list[str]) -> torch.Tensor:
 
 
 @pytest.mark.slow
-def test_exact_search_equals_brute_force_eq7(real_corpus: torch.Tensor, anchors: AnchorSet):
+def test_search_with_every_document_as_a_candidate_equals_brute_force_eq7(
+    real_corpus: torch.Tensor, anchors: AnchorSet
+):
     ids = np.arange(len(real_corpus), dtype=np.int64) * 7 + 3  # arbitrary, non-contiguous
     index = SearchIndex(real_corpus.shape[1])
     index.upsert(ids, real_corpus)
-    for q in (0, 17, 123, 399):
+    for q, top_k in ((0, 10), (5, 20), (17, 10), (123, 10), (399, 10)):
         query = real_corpus[q]
         reference = brute_force_eq7(query, real_corpus, anchors.embeddings)
-        hits = index.search_exact(query, anchors.embeddings, top_k=10, lambda_inf=LAMBDA)
-        assert_valid_top_k(hits, reference, ids, 10)
+        hits = index.search(
+            query, anchors.embeddings, top_k=top_k, candidates=len(ids), lambda_inf=LAMBDA
+        )
+        assert_valid_top_k(hits, reference, ids, top_k)
         assert hits.ids[0] == ids[q]  # a stored document is its own best match
         np.testing.assert_allclose(hits.scores, blend(hits.cosine, hits.rank, LAMBDA), atol=1e-6)
-
-
-@pytest.mark.slow
-def test_search_with_all_documents_as_candidates_is_exact(
-    real_corpus: torch.Tensor, anchors: AnchorSet
-):
-    ids = np.arange(len(real_corpus), dtype=np.int64)
-    index = SearchIndex(real_corpus.shape[1])
-    index.upsert(ids, real_corpus)
-    query = real_corpus[5]
-    reference = brute_force_eq7(query, real_corpus, anchors.embeddings)
-    hits = index.search(query, anchors.embeddings, top_k=20, candidates=len(ids), lambda_inf=LAMBDA)
-    assert_valid_top_k(hits, reference, ids, 20)
 
 
 @pytest.fixture(scope="module")
@@ -140,13 +133,14 @@ def test_deleted_documents_never_come_back(
     assert len(index) == 990
     for hits in (
         index.search(query, anchors, top_k=100, candidates=1000, lambda_inf=LAMBDA),
-        index.search_exact(query, anchors, top_k=1000, lambda_inf=LAMBDA),
+        index.search(query, anchors, top_k=1000, candidates=1000, lambda_inf=LAMBDA),
         index.search(
             query, anchors, top_k=100, candidates=100, lambda_inf=LAMBDA, where={"parity": 0}
         ),
     ):
         assert not set(removed.tolist()) & set(hits.ids.tolist())
-    assert len(index.search_exact(query, anchors, top_k=1000, lambda_inf=LAMBDA)) == 990
+    every = index.search(query, anchors, top_k=1000, candidates=1000, lambda_inf=LAMBDA)
+    assert len(every) == 990
 
 
 def test_upsert_replaces_a_document(small_index: tuple[SearchIndex, np.ndarray, torch.Tensor]):
@@ -174,7 +168,9 @@ def test_filter_is_applied_before_truncation(
 ):
     index, docs, anchors = small_index
     query = torch.from_numpy(docs[3])  # parity 1
-    exact = index.search_exact(query, anchors, top_k=10, lambda_inf=LAMBDA, where={"parity": 0})
+    exact = index.search(
+        query, anchors, top_k=10, candidates=len(index), lambda_inf=LAMBDA, where={"parity": 0}
+    )
     hits = index.search(
         query, anchors, top_k=10, candidates=10, lambda_inf=LAMBDA, where={"parity": 0}
     )
@@ -273,3 +269,53 @@ def test_flat_searches_of_every_allowed_k_keep_their_best_in_a_heap() -> None:
     best = np.sort(vectors @ vectors[0])[::-1][:2000]
     np.testing.assert_allclose(scores, best, atol=1e-5)
     np.testing.assert_allclose(scores, vectors[ids] @ vectors[0], atol=1e-5)
+
+
+def count_embedding_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many embeddings each read out of faiss takes from now on."""
+    reads: list[int] = []
+    original = FaissVectors.reconstruct
+
+    def counted(self: FaissVectors, ids: np.ndarray) -> np.ndarray:
+        reads.append(len(ids))
+        return original(self, ids)
+
+    monkeypatch.setattr(FaissVectors, "reconstruct", counted)
+    return reads
+
+
+def test_a_search_reads_only_the_embeddings_its_rank_vectors_need(
+    small_index: tuple[SearchIndex, np.ndarray, torch.Tensor], monkeypatch: pytest.MonkeyPatch
+):
+    index, docs, anchors = small_index
+    query = torch.from_numpy(docs[10])
+    reads = count_embedding_reads(monkeypatch)
+    hits = index.search(query, anchors, top_k=10, candidates=100, lambda_inf=LAMBDA)
+    assert_valid_top_k(
+        hits, brute_force_eq7(query, torch.from_numpy(docs), anchors), np.arange(1000), 10
+    )
+    assert 10 <= sum(reads) < 100
+
+
+def test_a_write_before_an_embedding_is_read_is_searched_again(
+    small_index: tuple[SearchIndex, np.ndarray, torch.Tensor], monkeypatch: pytest.MonkeyPatch
+):
+    index, docs, anchors = small_index
+    query = torch.from_numpy(docs[10])
+    args = {"top_k": 10, "candidates": 100, "lambda_inf": LAMBDA}
+    best = int(index.search(query, anchors, **args).ids[0])
+    rows = Candidates.rows
+
+    def remove_the_best_first(
+        self: Candidates, positions: np.ndarray, device: torch.device
+    ) -> torch.Tensor:
+        index.remove([best])  # after faiss found the candidates, before their embeddings
+        return rows(self, positions, device)
+
+    monkeypatch.setattr(Candidates, "rows", remove_the_best_first)
+    after = index.search(query, anchors, **args)
+    monkeypatch.undo()
+    assert best not in after.ids.tolist()
+    again = index.search(query, anchors, **args)
+    np.testing.assert_array_equal(after.ids, again.ids)
+    np.testing.assert_allclose(after.scores, again.scores, atol=1e-6)

@@ -302,3 +302,30 @@ def test_a_reservation_the_kernel_refuses_is_halved_until_it_fits(
     assert store.put(np.arange(1200), store.encode_embeddings(vectors)) == 1000
     assert 999 in store and 1000 not in store  # the rest are scored exactly, as past a budget
     store.close()
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_candidate_replaced_while_the_query_is_ranked_is_scored_as_it_is_now(
+    corpus, monkeypatch: pytest.MonkeyPatch, exact: bool
+) -> None:
+    docs, anchors, queries = corpus
+    index = filled_index(docs[:500], store_for(anchors, 8))
+    query = torch.from_numpy(queries[0])
+    args = {"top_k": 10, "candidates": 100, "lambda_inf": LAMBDA, "anchors_key": KEY}
+    moved = int(index.search(query, anchors, **args, exact=exact).ids[-1])
+    rank_query = index_module.query_vectors
+
+    def replace(query: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # Between faiss and the codes (models/index.py), onto the query itself. Each search
+        # of the candidates meets the write: the one reading embeddings later gives way to
+        # the one copying them out first, which reads the replaced ones again.
+        index.upsert([moved], query.numpy()[None])
+        return rank_query(query, anchors)
+
+    monkeypatch.setattr(index_module, "query_vectors", replace)
+    after = index.search(query, anchors, **args, exact=exact)
+    monkeypatch.undo()
+    assert int(after.ids[0]) == moved and after.cosine[0] == pytest.approx(1.0, abs=1e-5)
+    again = index.search(query, anchors, **args, exact=exact)
+    np.testing.assert_array_equal(after.ids, again.ids)
+    np.testing.assert_allclose(after.scores, again.scores, atol=1e-6)

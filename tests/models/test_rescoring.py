@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from models import rescoring
+from models.candidates import Candidates, cosine_error, from_scores, with_embeddings
 from models.rank_codes import RankCodec
 from models.ranking import anchor_ranks, blend
 from models.rescoring import SearchHits, StoredRanks, eq7_scores, query_vectors, rescore, top_hits
@@ -42,6 +43,10 @@ def score_all(
     return top_hits(ids, score.numpy(), cosine.numpy(), rank.numpy(), top_k)
 
 
+def at_hand(ids: np.ndarray, vectors: np.ndarray, query: torch.Tensor) -> Candidates:
+    return with_embeddings(ids, vectors, query.numpy())
+
+
 def assert_same(hits: SearchHits, reference: SearchHits) -> None:
     np.testing.assert_array_equal(hits.ids, reference.ids)
     np.testing.assert_allclose(hits.scores, reference.scores, atol=1e-6)
@@ -60,7 +65,7 @@ def test_bounded_rescoring_equals_scoring_every_candidate(
     vectors = unit(rng, 120, spread)
     ids = rng.permutation(10_000)[:120].astype(np.int64)
     query = torch.from_numpy(unit(rng, 1, spread)[0])
-    hits = rescore(query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k)
+    hits = rescore(query, anchors, at_hand(ids, vectors, query), lambda_inf=lambda_inf, top_k=top_k)
     assert_same(hits, score_all(query, anchors, ids, vectors, lambda_inf, top_k))
 
 
@@ -70,7 +75,7 @@ def test_equal_cosines_keep_the_smaller_id_first() -> None:
     vectors = np.repeat(unit(rng, 1, 1.0), 40, axis=0)  # 40 copies: every score ties
     ids = np.arange(1000, 960, -1, dtype=np.int64)
     query = torch.from_numpy(unit(rng, 1, 1.0)[0])
-    hits = rescore(query, anchors, ids, vectors, lambda_inf=0.1, top_k=5)
+    hits = rescore(query, anchors, at_hand(ids, vectors, query), lambda_inf=0.1, top_k=5)
     np.testing.assert_array_equal(hits.ids, [961, 962, 963, 964, 965])
 
 
@@ -123,7 +128,13 @@ def test_approximate_search_scores_the_candidates_with_codes_from_them() -> None
     query = torch.from_numpy(unit(rng, 1, 0.3)[0])
     codes = stored_ranks(rng, query, anchors, ids, vectors, 8, 0.6)  # others scored exactly
     hits = rescore(
-        query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=codes.stored, exact=False
+        query,
+        anchors,
+        at_hand(ids, vectors, query),
+        lambda_inf=0.1,
+        top_k=10,
+        stored=codes.stored,
+        exact=False,
     )
     assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10, codes))
 
@@ -142,7 +153,12 @@ def test_exact_search_with_codes_returns_the_exact_hits(
     query = torch.from_numpy(unit(rng, 1, spread)[0])
     codes = stored_ranks(rng, query, anchors, ids, vectors, bits, share)
     hits = rescore(
-        query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k, stored=codes.stored
+        query,
+        anchors,
+        at_hand(ids, vectors, query),
+        lambda_inf=lambda_inf,
+        top_k=top_k,
+        stored=codes.stored,
     )
     assert_same(hits, score_all(query, anchors, ids, vectors, lambda_inf, top_k))
 
@@ -175,7 +191,7 @@ def test_candidates_that_cannot_reach_the_top_k_get_no_rank_vector(
     vectors = unit(rng, 100, 1.0)  # cosines to the query spread over a wide range
     query = torch.from_numpy(unit(rng, 1, 1.0)[0])
     ids = np.arange(100, dtype=np.int64)
-    hits = rescore(query, anchors, ids, vectors, lambda_inf=0.1, top_k=10)
+    hits = rescore(query, anchors, at_hand(ids, vectors, query), lambda_inf=0.1, top_k=10)
     products = list(rows)
     assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10))
     assert 10 <= sum(products) - 1 < 100  # the query's own rank vector is in the first product
@@ -193,7 +209,9 @@ def test_codes_leave_rank_vectors_for_the_top_k_and_the_few_they_cannot_rule_out
     codes = stored_ranks(rng, query, anchors, ids, vectors, 8, 1.0)  # with the query's ranks
     reference = score_all(query, anchors, ids, vectors, 0.1, 10)
     rows = count_rank_rows(monkeypatch)
-    hits = rescore(query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=codes.stored)
+    hits = rescore(
+        query, anchors, at_hand(ids, vectors, query), lambda_inf=0.1, top_k=10, stored=codes.stored
+    )
     assert_same(hits, reference)
     (candidate_rows,) = rows
     assert 10 <= candidate_rows <= 20
@@ -208,7 +226,13 @@ def test_codes_are_read_only_for_candidates_that_could_reach_the_top_k(exact: bo
     query = torch.from_numpy(unit(rng, 1, 1.0)[0])
     codes = stored_ranks(rng, query, anchors, ids, vectors, 8, 1.0)
     hits = rescore(
-        query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=codes.stored, exact=exact
+        query,
+        anchors,
+        at_hand(ids, vectors, query),
+        lambda_inf=0.1,
+        top_k=10,
+        stored=codes.stored,
+        exact=exact,
     )
     assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10, None if exact else codes))
     assert len(set(codes.read)) == len(codes.read)  # no row read twice
@@ -217,3 +241,66 @@ def test_codes_are_read_only_for_candidates_that_could_reach_the_top_k(exact: bo
     cosine = vectors[unread] @ query.numpy()
     # What a candidate left unread could score at best, its rho at most 1:
     assert np.all(0.9 * cosine + 0.1 < hits.scores[-1])
+
+
+def on_unit_circle(cosines: list[float]) -> np.ndarray:
+    """Unit vectors (n, DIM) whose cosines with the first axis are `cosines`."""
+    vectors = np.zeros((len(cosines), DIM), dtype=np.float64)
+    vectors[:, 0] = cosines
+    vectors[:, 1] = np.sqrt(1.0 - np.square(cosines))
+    return vectors.astype(np.float32)
+
+
+def test_bounds_widen_by_the_cosines_error() -> None:
+    """Cosines as faiss computes them may be off by their float32 error: a candidate whose
+    given cosine ranks it out of the first block, but whose true cosine beats the block's
+    weakest, must still be scored."""
+    error = cosine_error(DIM)
+    true = [0.9] * 15 + [0.5, 0.5 + 0.3 * error]  # the last truly beats the 16th
+    given = np.array([*true[:15], 0.5 + 0.5 * error, 0.5 - 0.7 * error], dtype=np.float32)
+    vectors = on_unit_circle(true)
+    query = torch.zeros(DIM)
+    query[0] = 1.0
+    ids = np.arange(len(true), dtype=np.int64)
+    anchors = torch.from_numpy(unit(np.random.default_rng(5), M, 3.0))
+    reference = score_all(query, anchors, ids, vectors, 0.0, 16)
+    assert 16 in reference.ids.tolist() and 15 not in reference.ids.tolist()
+    widened = from_scores(ids, given, DIM, vectors.__getitem__)
+    assert_same(rescore(query, anchors, widened, lambda_inf=0.0, top_k=16), reference)
+    trusted = Candidates(ids, given, 0.0, vectors.__getitem__)  # no error allowed for
+    assert 16 not in rescore(query, anchors, trusted, lambda_inf=0.0, top_k=16).ids.tolist()
+
+
+@pytest.mark.parametrize(("share", "exact"), [(None, True), (1.0, True), (0.6, False)])
+def test_embeddings_are_read_only_for_the_rank_vectors_computed(
+    monkeypatch: pytest.MonkeyPatch, share: float | None, exact: bool
+) -> None:
+    rng = np.random.default_rng(17)
+    anchors = torch.from_numpy(unit(rng, M, 3.0))
+    vectors = unit(rng, 100, 1.0)
+    ids = rng.permutation(10_000)[:100].astype(np.int64)
+    query = torch.from_numpy(unit(rng, 1, 1.0)[0])
+    codes = None if share is None else stored_ranks(rng, query, anchors, ids, vectors, 8, share)
+    read: list[int] = []
+
+    def embeddings(positions: np.ndarray) -> np.ndarray:
+        read.extend(positions.tolist())
+        return vectors[positions]
+
+    scores = (vectors @ query.numpy()).astype(np.float32)
+    rows = count_rank_rows(monkeypatch)
+    hits = rescore(
+        query,
+        anchors,
+        from_scores(ids, scores, DIM, embeddings),
+        lambda_inf=0.1,
+        top_k=10,
+        stored=None if codes is None else codes.stored,
+        exact=exact,
+    )
+    products = list(rows)
+    assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10, None if exact else codes))
+    assert len(set(read)) == len(read)  # no embedding read twice
+    own_row = 1 if codes is None else 0  # the query's rank vector, made with the first block's
+    assert len(read) == sum(products) - own_row
+    assert len(read) < 40

@@ -29,15 +29,18 @@ class CandidatesChangedError(Exception):
 def cosine_error(dim: int) -> float:
     """How far two float32 inner products of the same unit vectors (dim,) can lie apart.
 
-    Each lies within dim * 2**-24 * sum|x_i y_i| of the exact value whatever the order of its
-    additions (Higham, "Accuracy and Stability of Numerical Algorithms", 2002, Eq. 3.5), and
-    sum|x_i y_i| <= |x| |y|, 1 up to the vectors' own rounding, which the 1 % covers.
+    Each lies within gamma_dim * sum|x_i y_i| of the exact value whatever the order of its
+    additions, gamma_dim = dim u / (1 - dim u) and u = 2**-24 (Higham, "Accuracy and Stability
+    of Numerical Algorithms", 2nd ed., 2002, Section 3.1), and sum|x_i y_i| <= |x| |y|: 1 up to
+    the vectors' own rounding. The 1 % covers both excesses over dim u.
     """
     return 2.02 * dim * 2.0**-24
 
 
 @dataclass(frozen=True)
 class Candidates:
+    """faiss's candidates for one query; `read` may fail once a write has reached the index."""
+
     ids: np.ndarray  # (n,) int64
     cosine: np.ndarray  # (n,) float32, each within cosine_error of its embedding's row_dots
     cosine_error: float

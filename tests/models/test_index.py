@@ -254,7 +254,20 @@ def test_gpu_copy_is_refreshed_after_writes(monkeypatch: pytest.MonkeyPatch):
     index.remove([int(first[0])])
     after, _ = index.candidates(vectors[0], 3)
     assert len(copies) == 2 and int(first[0]) not in after.tolist()
-    assert not SearchIndex(16, IndexConfig(use_gpu=False)).on_gpu
+    cpu = SearchIndex(16, IndexConfig(use_gpu=False))
+    assert not cpu.on_gpu
+    cpu.upsert(np.arange(100), vectors[:100])
+    cpu.remove([int(first[0])])
+    # A GPU's scores are not the CPU's float32 sums: its searches copy every candidate's
+    # embedding out with it, and compute their cosines from them.
+    anchors, query = torch.from_numpy(vectors[100:164]), torch.from_numpy(vectors[0])
+    args = {"top_k": 5, "candidates": 20, "lambda_inf": LAMBDA}
+    reads = count_embedding_reads(monkeypatch)
+    hits = index.search(query, anchors, **args)
+    assert reads == [20]
+    reference = cpu.search(query, anchors, **args)
+    np.testing.assert_array_equal(hits.ids, reference.ids)
+    np.testing.assert_allclose(hits.scores, reference.scores, atol=1e-6)
 
 
 def test_flat_searches_of_every_allowed_k_keep_their_best_in_a_heap() -> None:

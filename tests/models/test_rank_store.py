@@ -5,6 +5,7 @@ stays in step with the index's writes."""
 import mmap
 import resource
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from models.index import IndexConfig, SearchIndex
 from models.rank_codes import RankCodec, expected_error
 from models.rank_store import RankStore
 from models.ranking import anchor_ranks, normalisation, normalise_ranks, rank_vectors
+from models.rescoring import SearchHits
 
 DIM = 32
 LAMBDA = 0.1
@@ -174,28 +176,68 @@ def test_backfill_never_stores_ranks_of_an_embedding_replaced_meanwhile(
     assert 5 not in store  # scored exactly, rather than from the old text's ranks
 
 
-@pytest.mark.parametrize("exact", [True, False])
-def test_a_candidate_removed_while_the_query_is_ranked_is_left_out(
-    corpus, monkeypatch: pytest.MonkeyPatch, exact: bool
-) -> None:
+Write = Callable[[SearchIndex, SearchHits, torch.Tensor], None]
+
+
+def search_meeting_a_write(
+    corpus, monkeypatch: pytest.MonkeyPatch, exact: bool, write: Write
+) -> tuple[SearchHits, SearchHits, Callable[[], SearchHits]]:
+    """(a search's hits, the same search's hits when `write` lands between faiss and the codes
+    (models/index.py) each time it finds the candidates, a function searching again)."""
     docs, anchors, queries = corpus
     index = filled_index(docs[:500], store_for(anchors, 8))
     query = torch.from_numpy(queries[0])
     args = {"top_k": 10, "candidates": 100, "lambda_inf": LAMBDA, "anchors_key": KEY}
-    before = index.search(query, anchors, **args, exact=exact)
+
+    def search() -> SearchHits:
+        return index.search(query, anchors, **args, exact=exact)
+
+    before = search()
     rank_query = index_module.query_vectors
 
-    def remove_the_best(
+    def write_first(
         query: torch.Tensor, anchors: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        index.remove([int(before.ids[0])])  # between faiss and the codes (models/index.py)
+        write(index, before, query)
         return rank_query(query, anchors)
 
-    monkeypatch.setattr(index_module, "query_vectors", remove_the_best)
-    after = index.search(query, anchors, **args, exact=exact)
+    monkeypatch.setattr(index_module, "query_vectors", write_first)
+    after = search()
+    monkeypatch.undo()
+    return before, after, search
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_candidate_removed_while_the_query_is_ranked_is_left_out(
+    corpus, monkeypatch: pytest.MonkeyPatch, exact: bool
+) -> None:
+    def remove_the_best(index: SearchIndex, before: SearchHits, query: torch.Tensor) -> None:
+        index.remove([int(before.ids[0])])  # a second time removes nothing: no write
+
+    before, after, _ = search_meeting_a_write(corpus, monkeypatch, exact, remove_the_best)
     assert len(after) == 10 and int(before.ids[0]) not in after.ids.tolist()
     np.testing.assert_array_equal(after.ids[:9], before.ids[1:])
     np.testing.assert_array_equal(after.scores[:9], before.scores[1:])
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_candidate_replaced_while_the_query_is_ranked_is_scored_as_it_is_now(
+    corpus, monkeypatch: pytest.MonkeyPatch, exact: bool
+) -> None:
+    def move_the_last_onto_the_query(
+        index: SearchIndex, before: SearchHits, query: torch.Tensor
+    ) -> None:
+        # Each time: the search reading embeddings later gives way to the one copying them out
+        # first, which meets the write too and reads the candidates' embeddings again.
+        index.upsert([int(before.ids[-1])], query.numpy()[None])
+
+    before, after, search = search_meeting_a_write(
+        corpus, monkeypatch, exact, move_the_last_onto_the_query
+    )
+    assert after.ids[0] == before.ids[-1] and after.cosine[0] == pytest.approx(1.0, abs=1e-5)
+    again = search()
+    np.testing.assert_array_equal(after.ids, again.ids)
+    np.testing.assert_allclose(after.scores, again.scores, atol=1e-6)
 
 
 def test_documents_past_the_budget_and_other_anchors_are_scored_exactly(corpus) -> None:
@@ -302,30 +344,3 @@ def test_a_reservation_the_kernel_refuses_is_halved_until_it_fits(
     assert store.put(np.arange(1200), store.encode_embeddings(vectors)) == 1000
     assert 999 in store and 1000 not in store  # the rest are scored exactly, as past a budget
     store.close()
-
-
-@pytest.mark.parametrize("exact", [True, False])
-def test_a_candidate_replaced_while_the_query_is_ranked_is_scored_as_it_is_now(
-    corpus, monkeypatch: pytest.MonkeyPatch, exact: bool
-) -> None:
-    docs, anchors, queries = corpus
-    index = filled_index(docs[:500], store_for(anchors, 8))
-    query = torch.from_numpy(queries[0])
-    args = {"top_k": 10, "candidates": 100, "lambda_inf": LAMBDA, "anchors_key": KEY}
-    moved = int(index.search(query, anchors, **args, exact=exact).ids[-1])
-    rank_query = index_module.query_vectors
-
-    def replace(query: torch.Tensor, anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # Between faiss and the codes (models/index.py), onto the query itself. Each search
-        # of the candidates meets the write: the one reading embeddings later gives way to
-        # the one copying them out first, which reads the replaced ones again.
-        index.upsert([moved], query.numpy()[None])
-        return rank_query(query, anchors)
-
-    monkeypatch.setattr(index_module, "query_vectors", replace)
-    after = index.search(query, anchors, **args, exact=exact)
-    monkeypatch.undo()
-    assert int(after.ids[0]) == moved and after.cosine[0] == pytest.approx(1.0, abs=1e-5)
-    again = index.search(query, anchors, **args, exact=exact)
-    np.testing.assert_array_equal(after.ids, again.ids)
-    np.testing.assert_allclose(after.scores, again.scores, atol=1e-6)

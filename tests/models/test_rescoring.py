@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pytest
@@ -43,8 +44,11 @@ def score_all(
     return top_hits(ids, score.numpy(), cosine.numpy(), rank.numpy(), top_k)
 
 
-def at_hand(ids: np.ndarray, vectors: np.ndarray, query: torch.Tensor) -> Candidates:
-    return with_embeddings(ids, vectors, query.numpy())
+def rescore_vectors(
+    query: torch.Tensor, anchors: torch.Tensor, ids: np.ndarray, vectors: np.ndarray, **args: Any
+) -> SearchHits:
+    """rescore of candidates `ids` (n,) with their embeddings `vectors` (n, dim) at hand."""
+    return rescore(query, anchors, with_embeddings(ids, vectors, query.numpy()), **args)
 
 
 def assert_same(hits: SearchHits, reference: SearchHits) -> None:
@@ -65,7 +69,7 @@ def test_bounded_rescoring_equals_scoring_every_candidate(
     vectors = unit(rng, 120, spread)
     ids = rng.permutation(10_000)[:120].astype(np.int64)
     query = torch.from_numpy(unit(rng, 1, spread)[0])
-    hits = rescore(query, anchors, at_hand(ids, vectors, query), lambda_inf=lambda_inf, top_k=top_k)
+    hits = rescore_vectors(query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k)
     assert_same(hits, score_all(query, anchors, ids, vectors, lambda_inf, top_k))
 
 
@@ -75,7 +79,7 @@ def test_equal_cosines_keep_the_smaller_id_first() -> None:
     vectors = np.repeat(unit(rng, 1, 1.0), 40, axis=0)  # 40 copies: every score ties
     ids = np.arange(1000, 960, -1, dtype=np.int64)
     query = torch.from_numpy(unit(rng, 1, 1.0)[0])
-    hits = rescore(query, anchors, at_hand(ids, vectors, query), lambda_inf=0.1, top_k=5)
+    hits = rescore_vectors(query, anchors, ids, vectors, lambda_inf=0.1, top_k=5)
     np.testing.assert_array_equal(hits.ids, [961, 962, 963, 964, 965])
 
 
@@ -127,14 +131,8 @@ def test_approximate_search_scores_the_candidates_with_codes_from_them() -> None
     ids = np.arange(100, dtype=np.int64)
     query = torch.from_numpy(unit(rng, 1, 0.3)[0])
     codes = stored_ranks(rng, query, anchors, ids, vectors, 8, 0.6)  # others scored exactly
-    hits = rescore(
-        query,
-        anchors,
-        at_hand(ids, vectors, query),
-        lambda_inf=0.1,
-        top_k=10,
-        stored=codes.stored,
-        exact=False,
+    hits = rescore_vectors(
+        query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=codes.stored, exact=False
     )
     assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10, codes))
 
@@ -152,13 +150,8 @@ def test_exact_search_with_codes_returns_the_exact_hits(
     ids = rng.permutation(10_000)[:120].astype(np.int64)
     query = torch.from_numpy(unit(rng, 1, spread)[0])
     codes = stored_ranks(rng, query, anchors, ids, vectors, bits, share)
-    hits = rescore(
-        query,
-        anchors,
-        at_hand(ids, vectors, query),
-        lambda_inf=lambda_inf,
-        top_k=top_k,
-        stored=codes.stored,
+    hits = rescore_vectors(
+        query, anchors, ids, vectors, lambda_inf=lambda_inf, top_k=top_k, stored=codes.stored
     )
     assert_same(hits, score_all(query, anchors, ids, vectors, lambda_inf, top_k))
 
@@ -191,7 +184,7 @@ def test_candidates_that_cannot_reach_the_top_k_get_no_rank_vector(
     vectors = unit(rng, 100, 1.0)  # cosines to the query spread over a wide range
     query = torch.from_numpy(unit(rng, 1, 1.0)[0])
     ids = np.arange(100, dtype=np.int64)
-    hits = rescore(query, anchors, at_hand(ids, vectors, query), lambda_inf=0.1, top_k=10)
+    hits = rescore_vectors(query, anchors, ids, vectors, lambda_inf=0.1, top_k=10)
     products = list(rows)
     assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10))
     assert 10 <= sum(products) - 1 < 100  # the query's own rank vector is in the first product
@@ -209,8 +202,8 @@ def test_codes_leave_rank_vectors_for_the_top_k_and_the_few_they_cannot_rule_out
     codes = stored_ranks(rng, query, anchors, ids, vectors, 8, 1.0)  # with the query's ranks
     reference = score_all(query, anchors, ids, vectors, 0.1, 10)
     rows = count_rank_rows(monkeypatch)
-    hits = rescore(
-        query, anchors, at_hand(ids, vectors, query), lambda_inf=0.1, top_k=10, stored=codes.stored
+    hits = rescore_vectors(
+        query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=codes.stored
     )
     assert_same(hits, reference)
     (candidate_rows,) = rows
@@ -225,14 +218,8 @@ def test_codes_are_read_only_for_candidates_that_could_reach_the_top_k(exact: bo
     ids = rng.permutation(10_000)[:100].astype(np.int64)
     query = torch.from_numpy(unit(rng, 1, 1.0)[0])
     codes = stored_ranks(rng, query, anchors, ids, vectors, 8, 1.0)
-    hits = rescore(
-        query,
-        anchors,
-        at_hand(ids, vectors, query),
-        lambda_inf=0.1,
-        top_k=10,
-        stored=codes.stored,
-        exact=exact,
+    hits = rescore_vectors(
+        query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=codes.stored, exact=exact
     )
     assert_same(hits, score_all(query, anchors, ids, vectors, 0.1, 10, None if exact else codes))
     assert len(set(codes.read)) == len(codes.read)  # no row read twice

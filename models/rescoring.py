@@ -130,7 +130,8 @@ def rescore(
         error = stored.error if exact else 0.0
         found, rho, read = _read_codes(stored, candidates, order, error, lambda_inf, top_k)
     if stored is None or not found.any():
-        bound = _bound_without_rank(candidates.cosine_high[order], lambda_inf)  # (n,)
+        highest = candidates.cosine_high[order]  # (n,) non-increasing
+        bound = _bound_without_rank(highest, lambda_inf)  # (n,)
         return _rescore_exact(query_t, anchors, candidates, order, bound, lambda_inf, top_k)
     if exact:
         return _rescore_verified(

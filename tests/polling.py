@@ -2,12 +2,23 @@
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 30, interval: float = 0.05) -> None:
-    """Return once `condition()` holds; TimeoutError if it still does not after `timeout` s."""
+def wait_until(
+    condition: Callable[[], T],
+    timeout: float = 30,
+    message: str = "condition not met in time",
+    interval: float = 0.1,
+) -> T:
+    """`condition()`'s first truthy value; TimeoutError(message) if none came in `timeout` s."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while True:
+        value = condition()
+        if value:
+            return value
         if time.monotonic() > deadline:
-            raise TimeoutError("condition not met in time")
+            raise TimeoutError(message)
         time.sleep(interval)

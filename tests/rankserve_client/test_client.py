@@ -41,9 +41,10 @@ from rankserve_client import (
     UnauthorizedError,
 )
 from service.engine import Engine
+from tests.polling import wait_until
 from tests.service.conftest import API_KEY, AUTH, Server, fixed_engine, make_settings, serve
 from tests.service.test_admin import _small_dev_sets
-from tests.worker.conftest import delete_queue_keys, wait_for
+from tests.worker.conftest import delete_queue_keys
 from worker.report import write_report
 
 ADMIN_TOKEN = "client-admin-token-0123"
@@ -256,7 +257,7 @@ def test_not_ready_is_retried_with_backoff_until_the_model_loads(tmp_path: Path,
             client.ready()  # a probe: answered at once, never retried
         assert [code for code, _ in statuses] == [503]
         encoded = pool.submit(client.encode, ["x"])
-        wait_for(lambda: len(statuses) >= 3, 30, "the client did not retry")
+        wait_until(lambda: len(statuses) >= 3, 30, "the client did not retry")
         loaded.set()
         assert len(encoded.result()["embeddings"]) == 1
         tries = statuses[1:]
@@ -369,7 +370,7 @@ def test_admin_jobs_models_and_reports(admin_server: Server, engine: Engine):
         assert models["active"] is None
         assert {v["version"] for v in models["versions"]} == {"v1", "reported"}
         assert client.activate_model("v1") == {"active": "v1", "previous": None}
-        wait_for(lambda: client.ready()["model_version"] == "v1", 60, "no swap to v1")
+        wait_until(lambda: client.ready()["model_version"] == "v1", 60, "no swap to v1")
         with pytest.raises(NotFoundError):
             client.activate_model("missing")
 

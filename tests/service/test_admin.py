@@ -26,8 +26,9 @@ from models.checksums import sha256_file
 from models.encoder import Encoder
 from service.engine import Engine
 from service.swap import load_active_engine
+from tests.polling import wait_until
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
-from tests.worker.conftest import delete_queue_keys, wait_for
+from tests.worker.conftest import delete_queue_keys
 from worker.report import write_report
 
 pytestmark = pytest.mark.slow
@@ -260,9 +261,9 @@ def test_activate_refuse_and_roll_back(admin, admin_server: Server, engine: Engi
 
     # Roll forward to v1, then v2: every replica (this one) follows the active key.
     assert admin.post("/admin/models/v1/activate").json() == {"active": "v1", "previous": None}
-    wait_for(lambda: _serving(admin_server) == "v1", 60, "the replica never swapped to v1")
+    wait_until(lambda: _serving(admin_server) == "v1", 60, "the replica never swapped to v1")
     admin.post("/admin/models/v2/activate")
-    wait_for(lambda: _serving(admin_server) == "v2", 60, "the replica never swapped to v2")
+    wait_until(lambda: _serving(admin_server) == "v2", 60, "the replica never swapped to v2")
 
     # The active key names a bundle this replica cannot load (set past the API, as by a
     # worker on another machine whose store differs): refused by the replica's loader,
@@ -272,7 +273,7 @@ def test_activate_refuse_and_roll_back(admin, admin_server: Server, engine: Engi
     client = redis.Redis.from_url(settings.redis_url)
     activate(client, RedisKeys(settings.redis_prefix), "narrow", reason="set past the API")
     client.close()
-    wait_for(
+    wait_until(
         lambda: _swaps(admin_server, "refused") > refused_before, 60, "narrow was never refused"
     )
     assert _serving(admin_server) == "v2"
@@ -288,7 +289,7 @@ def test_activate_refuse_and_roll_back(admin, admin_server: Server, engine: Engi
         "active": "v1",
         "previous": "narrow",
     }
-    wait_for(lambda: _serving(admin_server) == "v1", 60, "the replica never rolled back")
+    wait_until(lambda: _serving(admin_server) == "v1", 60, "the replica never rolled back")
     models = admin.get("/admin/models").json()
     assert [entry["version"] for entry in models["history"][:4]] == ["v1", "narrow", "v2", "v1"]
     assert {v["version"] for v in models["versions"]} == {
@@ -310,7 +311,7 @@ def test_a_lost_notice_is_made_up_for_by_the_timer(tmp_path: Path, engine: Engin
         # The key changes with no notice published, as when a replica was disconnected.
         client.set(RedisKeys(settings.redis_prefix).active_version, "v2")
         client.close()
-        wait_for(lambda: _serving(server) == "v2", 60, "the timer never reconciled")
+        wait_until(lambda: _serving(server) == "v2", 60, "the timer never reconciled")
 
 
 def test_symlinked_bundle_leaving_the_store_is_refused(admin, store_dir: Path, tmp_path: Path):
@@ -381,7 +382,7 @@ def test_a_replica_that_can_load_nothing_stays_not_ready_until_the_store_appears
     settings = make_settings(tmp_path / "var", store_dir=late_store, reconcile_interval_s=0.5)
     _set_versions(settings, active_version="v1", last_loaded="v2")
     with serve(settings, loader=load_active_engine) as server, server.client() as client:
-        wait_for(
+        wait_until(
             lambda: server.services.holder.first_attempt.is_set(), 120, "no first load attempt"
         )
         ready = client.get("/ready")
@@ -390,5 +391,5 @@ def test_a_replica_that_can_load_nothing_stays_not_ready_until_the_store_appears
         assert encoded.status_code == 503 and encoded.json()["error"]["type"] == "not_ready"
         assert server.services.holder.current is None
         shutil.copytree(store_dir / "bundles" / "v1", late_store / "bundles" / "v1")
-        wait_for(lambda: client.get("/ready").status_code == 200, 120, "v1 was never loaded")
+        wait_until(lambda: client.get("/ready").status_code == 200, 120, "v1 was never loaded")
         assert _serving(server) == "v1"

@@ -14,6 +14,7 @@ from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.support.ui import Select
 
 from service.engine import Engine
+from tests.polling import wait_until
 from tests.service.conftest import fixed_engine, serve
 from tests.service.console_helpers import (
     Console,
@@ -27,7 +28,6 @@ from tests.worker.conftest import (
     TINY_PARAMS,
     OpsEnv,
     make_ops_env,
-    wait_for,
     write_tiny_data,
 )
 
@@ -109,7 +109,7 @@ def test_models_diagnostics_and_a_rollback(console: Console):
     versions = {v["version"]: v for v in console.api("GET", "/admin/models").json()["versions"]}
     trained = next(v for v in versions.values() if v["parent"])["version"]
     base_version = next(v for v in versions.values() if not v["parent"])["version"]
-    wait_for(
+    wait_until(
         lambda: console.api("GET", "/ready").json()["model_version"] == trained, 120, "no swap"
     )
 

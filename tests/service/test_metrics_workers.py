@@ -7,9 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,17 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.settings import REPO_ROOT, Settings
 from models.anchors import AnchorSet
+from tests.polling import wait_until
 from tests.service.conftest import TEST_ANCHORS, TEST_REDIS_PREFIX
 from tests.service.corpus_helpers import free_port
 
 HEALTH = {"route": "/health", "method": "GET", "status": "200"}
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def accepts(url: str) -> bool:
@@ -99,14 +91,26 @@ def test_metrics_add_up_over_two_workers(tmp_path: Path, anchors: AnchorSet, anc
         [sys.executable, "-m", *command], cwd=REPO_ROOT, env=env, stdout=log, stderr=log
     )
     try:
-        wait_for(lambda: list(temp.glob("rankserve-metrics-*")), "the multiprocess directory")
+        wait_until(
+            lambda: list(temp.glob("rankserve-metrics-*")),
+            180,
+            "timed out waiting for the multiprocess directory",
+        )
         (directory,) = temp.glob("rankserve-metrics-*")
         # Each worker's queue gauge is created with its app: two files, two workers up.
-        wait_for(lambda: len(list(directory.glob("gauge_livesum_*.db"))) == 2, "two workers")
+        wait_until(
+            lambda: len(list(directory.glob("gauge_livesum_*.db"))) == 2,
+            180,
+            "timed out waiting for two workers",
+        )
         # A worker's app (and its gauge file) exists before its server accepts connections: on
         # a loaded machine the first requests could otherwise be refused.
         # /ready, not /health: the /health answers are the ones counted below.
-        wait_for(lambda: accepts(f"{url}/ready"), "the server to accept connections")
+        wait_until(
+            lambda: accepts(f"{url}/ready"),
+            180,
+            "timed out waiting for the server to accept connections",
+        )
 
         def health(_: int) -> None:
             # A connection per request, several at once: the kernel hands them to both workers.
@@ -120,7 +124,11 @@ def test_metrics_add_up_over_two_workers(tmp_path: Path, anchors: AnchorSet, anc
                 counts = served_by(directory, tmp_path / "scratch")
                 if len(counts) == 2 and min(counts.values()) > 0:
                     break
-        wait_for(lambda: sum(served_by(directory, tmp_path / "scratch").values()) == sent, "counts")
+        wait_until(
+            lambda: sum(served_by(directory, tmp_path / "scratch").values()) == sent,
+            180,
+            "timed out waiting for counts",
+        )
         counts = served_by(directory, tmp_path / "scratch")
         assert len(counts) == 2 and min(counts.values()) > 0, counts
 
@@ -142,7 +150,11 @@ def test_metrics_add_up_over_two_workers(tmp_path: Path, anchors: AnchorSet, anc
         # while what it served stays in the totals.
         victim = min(counts)
         os.kill(victim, signal.SIGKILL)
-        wait_for(lambda: not (directory / f"gauge_livesum_{victim}.db").exists(), "the dead worker")
+        wait_until(
+            lambda: not (directory / f"gauge_livesum_{victim}.db").exists(),
+            180,
+            "timed out waiting for the dead worker",
+        )
         assert health_count(scraped(url)) == sent
     finally:
         process.send_signal(signal.SIGINT)

@@ -12,9 +12,8 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,19 +190,6 @@ def delete_queue_keys(client: Redis, keys: RedisKeys) -> None:
         for member in client.smembers(registry):
             if keys.prefix in member.decode():
                 client.srem(registry, member)
-
-
-def wait_for(
-    condition: Callable[[], Any], timeout: float, message: str, interval: float = 0.2
-) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(message)
-        time.sleep(interval)
 
 
 def pid_alive(pid: int) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.polling import wait_until
 from tests.worker.conftest import (
     ADMIN_TOKEN,
     DEMO_TEXTS,
@@ -25,7 +26,6 @@ from tests.worker.conftest import (
     OpsEnv,
     make_ops_env,
     pid_alive,
-    wait_for,
 )
 
 pytestmark = pytest.mark.slow
@@ -128,7 +128,7 @@ def cluster(
                 return False
 
         for name, url in zip(("api-0", "api-1"), replicas, strict=True):
-            wait_for(lambda url=url: ready(url), 240, f"{name} never ready: {env.log(name)}")
+            wait_until(lambda url=url: ready(url), 240, f"{name} never ready: {env.log(name)}")
         yield Cluster(env, replicas, worker)
 
 
@@ -160,7 +160,7 @@ def test_retrain_swaps_every_replica_without_a_failed_request(cluster: Cluster):
         assert submitted.status_code == 202, submitted.text
         job_id = submitted.json()["job_id"]
         # Read through the other replica: job state lives in Redis, not in a replica.
-        job = wait_for(
+        job = wait_until(
             lambda: (j := _job(cluster, job_id))["status"] in ("finished", "failed") and j,
             300,
             "the retrain job never ended",
@@ -173,7 +173,7 @@ def test_retrain_swaps_every_replica_without_a_failed_request(cluster: Cluster):
         assert job["progress"]["phase"] == "done"
 
         for replica in (0, 1):
-            wait_for(
+            wait_until(
                 lambda replica=replica: hammer.last_version(replica) == version,
                 120,
                 f"replica {replica} never served {version}",
@@ -232,16 +232,16 @@ def test_sigkilled_worker_mid_job_is_retried_and_serving_goes_on(cluster: Cluste
             timeout=30,
         )
         job_id = submitted.json()["job_id"]
-        progress = wait_for(
+        progress = wait_until(
             lambda: (p := _job(cluster, job_id)["progress"]).get("phase") == "training" and p,
             120,
             "the long job never started training",
             interval=0.5,
         )
         cluster.worker.send_signal(signal.SIGKILL)
-        wait_for(lambda: not pid_alive(progress["pid"]), 10, "the work horse outlived its worker")
+        wait_until(lambda: not pid_alive(progress["pid"]), 10, "the work horse outlived its worker")
         # GET /admin/jobs/{id} reaps abandoned jobs: with a retry left, the job is requeued.
-        job = wait_for(
+        job = wait_until(
             lambda: (j := _job(cluster, job_id))["status"] != "started" and j,
             30,
             "the job stayed 'started' after its worker died",

@@ -28,7 +28,8 @@ from core.versions import activate
 from models.anchors import AnchorSet
 from models.encoder import Encoder
 from tests.moto_s3 import CREDENTIALS, REGION, credentials, moto_server
-from tests.worker.conftest import ADMIN_TOKEN, make_ops_env, wait_for
+from tests.polling import wait_until
+from tests.worker.conftest import ADMIN_TOKEN, make_ops_env
 
 pytestmark = pytest.mark.slow
 
@@ -90,7 +91,7 @@ def test_replica_hot_swaps_to_a_bundle_from_s3_and_refuses_a_tampered_one(
             **CREDENTIALS,
         }
         url = env.start_api("api-0")
-        wait_for(lambda: _serving(url), 240, f"the replica never got ready: {env.log('api-0')}")
+        wait_until(lambda: _serving(url), 240, f"the replica never got ready: {env.log('api-0')}")
         base = _serving(url)
         assert base is not None and base.startswith("base-")
 
@@ -120,7 +121,7 @@ def test_replica_hot_swaps_to_a_bundle_from_s3_and_refuses_a_tampered_one(
         client.start()
         try:
             activate(redis, env.keys, "s3-v1", reason="test: published to S3")
-            wait_for(
+            wait_until(
                 lambda: _serving(url) == "s3-v1",
                 180,
                 f"the replica never served s3-v1: {env.log('api-0')}",
@@ -132,7 +133,7 @@ def test_replica_hot_swaps_to_a_bundle_from_s3_and_refuses_a_tampered_one(
                 entries = {entry["version"]: entry for entry in models["versions"]}
                 return models if entries.get("s3-bad", {}).get("refused") else None
 
-            models = wait_for(refused, 120, f"s3-bad was never refused: {env.log('api-0')}")
+            models = wait_until(refused, 120, f"s3-bad was never refused: {env.log('api-0')}")
             assert _serving(url) == "s3-v1"
         finally:
             client.stop.set()

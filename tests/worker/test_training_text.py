@@ -11,7 +11,8 @@ from core.documents import DocumentStore, NewDocument
 from core.jobs import RetrainRequest, fetch, retrain_queue, submit
 from core.registry import BundleStore
 from models.training.data import read_text_file
-from tests.worker.conftest import TINY_PARAMS, OpsEnv, wait_for
+from tests.polling import wait_until
+from tests.worker.conftest import TINY_PARAMS, OpsEnv
 from worker.training_text import (
     TEXT_FILE,
     NotEnoughDocumentsError,
@@ -121,7 +122,7 @@ def test_a_retrain_job_trains_on_the_corpus_documents(ops_env: OpsEnv):
         assert status not in ("failed", "stopped"), ops_env.log("worker")
         return fetched.return_value() if status == "finished" else None
 
-    result = wait_for(finished, 600, "the documents job never finished")
+    result = wait_until(finished, 600, "the documents job never finished")
     manifest = BundleStore(settings.bundle_store).manifest(result["version"])
     assert manifest.metrics["training_text"] == {
         "source": "documents",

@@ -24,7 +24,8 @@ from core.jobs import (
 )
 from core.registry import BundleStore
 from models.checksums import sha256_directory, sha256_file
-from tests.worker.conftest import LONG_PARAMS, OpsEnv, pid_alive, wait_for
+from tests.polling import wait_until
+from tests.worker.conftest import LONG_PARAMS, OpsEnv, pid_alive
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +35,7 @@ def _training(queue, job_id: str) -> dict:
         state = fetch(queue, job_id).get_meta(refresh=True).get(PROGRESS) or {}
         return state if state.get("phase") == "training" and state.get("step", 0) >= 1 else None
 
-    return wait_for(progress, 120, f"job {job_id} never started training")
+    return wait_until(progress, 120, f"job {job_id} never started training")
 
 
 def _status(queue, job_id: str) -> JobStatus:
@@ -60,8 +61,8 @@ def test_progress_cancel_and_bounded_sigterm(ops_env: OpsEnv):
     # Cancelling a running job kills its work horse; the worker lives on.
     horse = progress["pid"]
     assert cancel(queue, fetch(queue, first.id)) == JobStatus.STOPPED
-    wait_for(lambda: _status(queue, first.id) == JobStatus.STOPPED, 30, "job never stopped")
-    wait_for(lambda: not pid_alive(horse), 10, "the cancelled work horse survived")
+    wait_until(lambda: _status(queue, first.id) == JobStatus.STOPPED, 30, "job never stopped")
+    wait_until(lambda: not pid_alive(horse), 10, "the cancelled work horse survived")
     assert describe(fetch(queue, first.id))["error"]
     assert worker.poll() is None
 
@@ -102,7 +103,7 @@ def test_sigkilled_worker_takes_its_job_down_and_the_job_fails(ops_env: OpsEnv):
     worker.wait(timeout=10)
     # PR_SET_PDEATHSIG: the kernel kills the orphaned work horse too, so it cannot go on to
     # write or promote a bundle unsupervised.
-    wait_for(lambda: not pid_alive(horse), 10, "the work horse outlived its worker")
+    wait_until(lambda: not pid_alive(horse), 10, "the work horse outlived its worker")
     assert _status(queue, job.id) == JobStatus.STARTED  # nobody has noticed yet
 
     def reaped() -> bool:
@@ -111,7 +112,7 @@ def test_sigkilled_worker_takes_its_job_down_and_the_job_fails(ops_env: OpsEnv):
 
     # Heartbeats stop; after three missed ones (3 s here) the job counts as abandoned and,
     # with no retries left, fails.
-    wait_for(reaped, 30, "the abandoned job stayed started")
+    wait_until(reaped, 30, "the abandoned job stayed started")
     failed = describe(fetch(queue, job.id))
     assert failed["status"] == "failed"
     assert "AbandonedJobError" in failed["error"]
@@ -131,7 +132,7 @@ def test_a_retry_on_another_worker_resumes_from_the_shared_checkpoint(ops_env: O
         state = fetch(queue, job.id).get_meta(refresh=True).get(PROGRESS) or {}
         return state if state.get("step", 0) > 21 else None
 
-    wait_for(past_checkpoint, 300, "the job never passed its first checkpoint")
+    wait_until(past_checkpoint, 300, "the job never passed its first checkpoint")
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     checkpoint = BundleStore(settings.bundle_store).job_dir(job.id) / ".resume" / "state.pt"
@@ -142,7 +143,7 @@ def test_a_retry_on_another_worker_resumes_from_the_shared_checkpoint(ops_env: O
         view = describe(fetch(queue, job.id))
         return view if view["status"] == "requeued" else None
 
-    view = wait_for(requeued, 30, "the abandoned job was never requeued")
+    view = wait_until(requeued, 30, "the abandoned job was never requeued")
     assert view["worker"] is None and "worker stopped" in view["progress"]["reason"]
 
     # Another worker with a var dir of its own, as another container would have: it finds the
@@ -180,7 +181,7 @@ def test_a_parent_that_does_not_load_fails_the_job_before_training(
     queue = retrain_queue(connection, ops_env.keys)
     job = submit(queue, RetrainRequest("simcse", LONG_PARAMS, False, [], recipe="quick"), settings)
     ops_env.start_worker()
-    wait_for(lambda: _status(queue, job.id) == JobStatus.FAILED, 120, "the job never failed")
+    wait_until(lambda: _status(queue, job.id) == JobStatus.FAILED, 120, "the job never failed")
     view = describe(fetch(queue, job.id))
     assert "CorruptBundleError" in view["error"] and "not finite" in view["error"]
     # It failed while preparing: no training step ever ran.

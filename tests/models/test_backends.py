@@ -12,6 +12,7 @@ from core.settings import DATA_DIR, Settings
 from models.anchors import build_anchor_set
 from models.backends import (
     EXPORTED,
+    OPENVINO,
     VARIANT_JSON,
     Backend,
     available,
@@ -155,21 +156,23 @@ def test_caches_are_keyed_by_backend(encoder: Encoder, variants: Path, tmp_path:
     assert len(files) == 2 and files[0][:16] != files[1][:16]
 
 
-def test_openvino_padding_to_its_tile_rows_leaves_embeddings_alone(
-    encoder: Encoder, variants: Path
+@pytest.mark.parametrize("backend", OPENVINO)
+def test_openvino_padding_leaves_embeddings_alone(
+    backend: Backend, encoder: Encoder, variants: Path
 ) -> None:
-    runner = _load(Backend.OPENVINO, variants).runner
+    runner = _load(backend, variants).runner
     assert runner is not None
     features = {
         name: value.numpy()
         for name, value in tensor_features(encoder.model, ["a cat", "a longer sentence"]).items()
     }
-    assert features["input_ids"].shape[1] % 16 != 0
+    assert features["input_ids"].shape[1] % 8 != 0
     outputs = []
-    for multiple in (1, 16):
+    for multiple in (1, 8, 16):
         runner.length_multiple = multiple  # type: ignore[attr-defined]
         outputs.append(runner(features))  # (2, dim)
-    np.testing.assert_allclose(outputs[1], outputs[0], atol=2e-3)
+    for padded in outputs[1:]:
+        np.testing.assert_allclose(padded, outputs[0], atol=2e-3)
 
 
 def test_openvino_runs_in_bf16_only_where_amx_tiles_make_it_pay(variants: Path) -> None:
@@ -179,4 +182,4 @@ def test_openvino_runs_in_bf16_only_where_amx_tiles_make_it_pay(variants: Path) 
     default = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
     expected = ov.Type.f32 if default == ov.Type.bf16 and not cpu_has_amx() else default
     assert runner.compiled.get_property("INFERENCE_PRECISION_HINT") == expected  # type: ignore[attr-defined]
-    assert runner.length_multiple == (16 if expected == ov.Type.bf16 else 1)  # type: ignore[attr-defined]
+    assert runner.length_multiple == (16 if expected == ov.Type.bf16 else 8)  # type: ignore[attr-defined]

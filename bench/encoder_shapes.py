@@ -35,6 +35,7 @@ import time
 
 import numpy as np
 
+from bench.memory import MB, rss_bytes
 from bench.timing import load_average, say
 from core.backend_choice import encoder_for
 from core.settings import DATA_DIR, Settings
@@ -50,11 +51,7 @@ WINDOWS = 6
 
 
 def _rss_mb() -> float:
-    with open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
+    return rss_bytes() / MB
 
 
 def _encoder(config: str) -> Encoder:

@@ -151,8 +151,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         mode, config = args.child
-        result = stream(config, args.seconds, args.seed) if mode == "stream" else sweep(config, 0)
-        print(json.dumps(result))
+        if mode == "stream":
+            print(json.dumps(stream(config, args.seconds, args.seed)))
+        else:
+            print(json.dumps(sweep(config, args.seed)))
         return
 
     configs = [Backend.TORCH.value]
@@ -182,7 +184,7 @@ def main() -> None:
             f"{'RSS +MB':>8}  load"
         )
         for config in (Backend.OPENVINO_INT8_STATIC.value, Backend.OPENVINO_INT8_STATIC + EXACT):
-            got = _child("sweep", config, 0.0, 0)
+            got = _child("sweep", config, 0.0, args.seed)
             say(
                 f"{config:<26} {got['shapes']:6.0f} {got['first_ms']:7.2f} "
                 f"{got['second_ms']:7.2f} {got['warm_ms']:7.2f} {got['grew_mb']:8.0f}"

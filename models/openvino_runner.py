@@ -16,7 +16,7 @@ class OpenVinoRunner:
     # first pass took 2-3x a warm one) and caches what it compiled, up to 5,000 entries
     # (CPU_RUNTIME_CACHE_CAPACITY): swept twice, the 3,720 shapes a pass can take unpadded ran
     # at 1.8x a warm pass's time the second time too, and grew the process by 5.6 GB; the 443
-    # padded ones at 1.0-1.3x, for 1.5 GB. In streams of varied requests of real sentences the
+    # padded ones at 0.8-1.3x, for 1.5 GB. In streams of varied requests of real sentences the
     # int8-static encoder ran 1.34x as many texts per second (bench.encoder_shapes, Zen 4).
     LENGTH_MULTIPLE = 8
     # In bf16 the CPU plugin multiplies tiles of 16 rows (AMX): on an AMX Xeon, texts padded to

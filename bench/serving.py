@@ -2,11 +2,14 @@
 
 One run measures, on the same machine and the same Wikipedia sentences:
   (a) the baseline: the same model encoding batches of 64 in this process, no HTTP;
+  (a16), (a8) the same encoder in-process in batches of 16 and 8: 16 clients of one text
+      each can never form batches larger than 16 (and form two cohorts of 8), so these are
+      the most (b) could reach with HTTP costing nothing;
   (b) `rankserve serve` (started here, real uvicorn on a free port) with 16 concurrent
       clients, each sending one text per request;
   (c) the same 16 clients sending 8 texts per request.
-The three alternate in rounds (a b c a b c ...), so that a neighbour's load on a shared
-machine weighs on all three alike; totals over the rounds give sentences/s. It prints those,
+They alternate in rounds (a a16 a8 b c a ...), so that a neighbour's load on a shared
+machine weighs on all alike; totals over the rounds give sentences/s. It prints those,
 request latency p50/p99, the ratio to (a) overall and per round (how far a busy neighbour
 moved it), sentences per CPU-second of everything doing the work (for (b) and (c): server
 plus clients, from /proc), which a neighbour's load does not distort, the mean batch the
@@ -14,6 +17,7 @@ dynamic batcher formed (from /metrics), and the clients' CPU per request: the cl
 this process, on the same cores as the server, so their HTTP work is part of what is measured.
 
     python -m bench.serving [--seconds 10] [--rounds 5] [--clients 16] [--texts 8]
+        [--small-batches 16 8]
 """
 
 import argparse
@@ -142,19 +146,21 @@ def running_service(port: int, documents: list[str] | None = None) -> Iterator[S
 
 
 def in_process(
-    tally: Tally, worker: ThreadPoolExecutor, encoder: Encoder, sentences: list[str], seconds: float
+    tally: Tally,
+    worker: ThreadPoolExecutor,
+    encoder: Encoder,
+    sentences: list[str],
+    size: int,
+    seconds: float,
 ) -> None:
-    """(a) Batches of 64 through the encoder on `worker`, one call per batch, for `seconds`."""
-    batches = [
-        sentences[i : i + BASELINE_BATCH]
-        for i in range(0, len(sentences) - BASELINE_BATCH + 1, BASELINE_BATCH)
-    ]
+    """(a) Batches of `size` through the encoder on `worker`, one call each, for `seconds`."""
+    batches = [sentences[i : i + size] for i in range(0, len(sentences) - size + 1, size)]
     done = 0
     start, cpu_start = time.perf_counter(), time.process_time()
     while time.perf_counter() - start < seconds:
         batch = batches[len(tally.latencies) % len(batches)]
         began = time.perf_counter()
-        worker.submit(encoder.encode, batch, BASELINE_BATCH).result()
+        worker.submit(encoder.encode, batch, size).result()
         tally.latencies.append(time.perf_counter() - began)
         done += len(batch)
     tally.add_round(done, time.perf_counter() - start)
@@ -238,6 +244,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--texts", type=int, default=8, help="texts per request in (c)")
+    parser.add_argument(
+        "--small-batches",
+        type=int,
+        nargs="*",
+        default=[16, 8],
+        help="in-process batch sizes timed beside (a): what one-text requests can form",
+    )
     args = parser.parse_args()
 
     sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")[:4096]
@@ -250,12 +263,19 @@ def main() -> None:
         encoder = loader.submit(settings_encoder, settings).result()
     worker.submit(encoder.encode, sentences[:BASELINE_BATCH]).result()  # warm-up
     baseline = Tally(f"(a) in-process, batch {BASELINE_BATCH}")
+    small = {size: Tally(f"(a{size}) in-process, batch {size}") for size in args.small_batches}
     single = Tally(f"(b) HTTP, {args.clients} clients x 1 text")
     several = Tally(f"(c) HTTP, {args.clients} clients x {args.texts} texts")
     with running_service(free_port()) as service:
         info = httpx.get(f"{service.url}/info").json()
         scenarios: list[Callable[[], None]] = [
-            lambda: in_process(baseline, worker, encoder, sentences, args.seconds),
+            lambda: in_process(baseline, worker, encoder, sentences, BASELINE_BATCH, args.seconds),
+            *(
+                lambda size=size, tally=tally: in_process(
+                    tally, worker, encoder, sentences, size, args.seconds
+                )
+                for size, tally in small.items()
+            ),
             lambda: over_http(single, service, sentences, args.clients, 1, args.seconds),
             lambda: over_http(several, service, sentences, args.clients, args.texts, args.seconds),
         ]
@@ -285,8 +305,8 @@ def main() -> None:
     )
     for column in columns:
         table.add_column(column, justify="right")
-    for tally in (baseline, single, several):
-        http = tally is not baseline
+    for tally in (baseline, *small.values(), single, several):
+        http = tally is single or tally is several
         table.add_row(
             tally.label,
             f"{tally.per_second:.1f}",

@@ -17,7 +17,8 @@ class OpenVinoRunner:
     # (CPU_RUNTIME_CACHE_CAPACITY): swept twice, the 3,720 shapes a pass can take unpadded ran
     # at 1.8x a warm pass's time the second time too, and grew the process by 5.6 GB; the 443
     # padded ones at 0.8-1.3x, for 1.5 GB. In streams of varied requests of real sentences the
-    # int8-static encoder ran 1.34x as many texts per second (bench.encoder_shapes, Zen 4).
+    # int8-static encoder ran 1.34x as many texts per second on a Zen 4 and 1.5x on a Zen 5
+    # (bench.encoder_shapes).
     LENGTH_MULTIPLE = 8
     # In bf16 the CPU plugin multiplies tiles of 16 rows (AMX): on an AMX Xeon, texts padded to
     # a multiple of 16 tokens ran 7-12 % faster one at a time and in batches of long texts, and

@@ -3,12 +3,13 @@ passes the parity check (models/parity.py) on this checkpoint's real weights.
 
 `auto`, per checkpoint: every installed backend is loaded (exported variants from the bundle,
 else exported once into the cache), its parity with torch fp32 is read from the bundle's
-`variants/parity.json` (the worker wrote it) or measured on the dev sets, and the passing
-backends are timed on dev sentences at batch sizes 1 and 64 in interleaved rounds. The winner
-has the best geometric-mean speed-up over torch fp32. The choice and its numbers are cached
-under `<cache>/backend-choices/`, keyed by the checkpoint, the maximum length, the threads,
-the CPU (models/cpu_info.py: its name and model, and the instruction sets that rank the
-backends) and the packages' versions, so a restart does not measure again.
+`variants/parity.json` (the worker wrote it, on a CPU with the same instruction sets) or
+measured on the dev sets, and the passing backends are timed on dev sentences at batch sizes
+1 and 64 in interleaved rounds. The winner has the best geometric-mean speed-up over torch
+fp32. The choice and its numbers are cached under `<cache>/backend-choices/`, keyed by the
+checkpoint, the maximum length, the threads, the CPU (models/cpu_info.py: its name and model,
+and the instruction sets that rank the backends) and the packages' versions, so a restart does
+not measure again.
 """
 
 import hashlib
@@ -67,8 +68,16 @@ def dev_parity_set(settings: Settings, max_pairs: int | None = None) -> ParitySe
 
 
 def _setup(settings: Settings, dev: ParitySet) -> dict[str, Any]:
-    """What parity numbers depend on besides the weights and the backend."""
-    return {"max_seq_length": settings.max_seq_length, "dev_texts": sha256_texts(dev.texts)}
+    """What parity numbers depend on besides the weights and the backend. The instruction
+    sets and runtimes count too, as int8 products round differently without VNNI: on the dev
+    sets, `openvino-int8-static` passed on an AMD Zen 4 (mean cosine 0.9967) and failed on a
+    Zen 3 (0.9947), so a worker's numbers hold only for replicas on CPUs like its own."""
+    return {
+        "max_seq_length": settings.max_seq_length,
+        "dev_texts": sha256_texts(dev.texts),
+        "cpu_flags": cpu_identity()["flags"],
+        "packages": _package_versions(),
+    }
 
 
 def _candidates() -> list[Backend]:

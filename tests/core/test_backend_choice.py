@@ -146,3 +146,25 @@ def test_a_bundle_carries_its_variants_so_replicas_do_not_export(
     torch.testing.assert_close(
         loaded.encoder.encode(["a bundle"]), encoder.encode(["a bundle"]), atol=2e-3, rtol=0
     )
+
+
+def test_a_bundles_parity_holds_only_on_a_cpu_with_the_workers_instruction_sets(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dev = ParitySet(["a sentence"], [])
+    stored = {
+        "backend": "onnx-int8",
+        "spearman": {"STS": 80.0},
+        "reference": {"STS": 80.1},
+        "mean_cosine": 0.998,
+        "min_cosine": 0.99,
+        "pairs": 1,
+    }
+    monkeypatch.setattr(choice, "cpu_identity", lambda: {"flags": ["avx2", "avx512_vnni"]})
+    record = {"setup": choice._setup(settings, dev), "parity": {"onnx-int8": stored}}
+    (tmp_path / choice.PARITY_JSON).write_text(json.dumps(record))
+    same = choice.read_parity(tmp_path, choice._setup(settings, dev))
+    assert same[Backend.ONNX_INT8].mean_cosine == 0.998
+    # Without VNNI int8 products saturate and round otherwise: the numbers do not carry over.
+    monkeypatch.setattr(choice, "cpu_identity", lambda: {"flags": ["avx2"]})
+    assert choice.read_parity(tmp_path, choice._setup(settings, dev)) == {}

@@ -22,6 +22,13 @@ def anchor_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def exported_variants(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An export cache for the default checkpoint's ONNX and OpenVINO variants, shared by the
+    tests that load them: all five exports take about a minute on a 2-core Zen 3."""
+    return tmp_path_factory.mktemp("encoder-variants")
+
+
+@pytest.fixture(scope="session")
 def anchors(encoder: Encoder, anchor_cache: Path) -> AnchorSet:
     return load_anchor_set(
         encoder, DATA_DIR / "corpus" / "wiki-sentences.txt", TEST_ANCHORS, cache_dir=anchor_cache

@@ -107,9 +107,12 @@ def test_auto_without_dev_sets_keeps_torch(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_auto_picks_the_fastest_backend_that_passes(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, exported_variants: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    small = choice.dev_parity_set(settings, 100)
+    # The same checkpoint's variants as tests/models/test_backends.py loads: exported once.
+    settings.cache.encoder_variants.parent.mkdir(parents=True)
+    settings.cache.encoder_variants.symlink_to(exported_variants, target_is_directory=True)
+    small = choice.dev_parity_set(settings, 50)
     monkeypatch.setattr(choice, "dev_parity_set", lambda *_: small)
     monkeypatch.setattr(choice, "SPEED_ROUNDS", 1)
     report = choice.measure_backends(settings, None, None, seconds=0.05)

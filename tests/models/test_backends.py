@@ -35,11 +35,6 @@ def _needs(backend: Backend) -> None:
 
 
 @pytest.fixture(scope="module")
-def variants(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("variants")
-
-
-@pytest.fixture(scope="module")
 def dev() -> ParitySet:
     return dev_parity_set(Settings(data_dir=DATA_DIR), PAIRS_PER_TASK)
 
@@ -49,10 +44,10 @@ def reference(encoder: Encoder, dev: ParitySet) -> np.ndarray:
     return embed(encoder, dev)
 
 
-def _load(backend: Backend, variants: Path) -> Encoder:
+def _load(backend: Backend, cache: Path) -> Encoder:
     _needs(backend)
     return load_encoder(
-        device="cpu", backend=backend, export_cache=variants, threads=1, calibration=CALIBRATION
+        device="cpu", backend=backend, export_cache=cache, threads=1, calibration=CALIBRATION
     )
 
 
@@ -70,9 +65,11 @@ VNNI_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8"}
 
 @pytest.mark.parametrize("backend", [b for b in Backend if b != Backend.TORCH])
 def test_backend_passes_parity_on_dev_pairs(
-    backend: Backend, variants: Path, dev: ParitySet, reference: np.ndarray
+    backend: Backend, exported_variants: Path, dev: ParitySet, reference: np.ndarray
 ) -> None:
-    parity = check_parity(backend.value, embed(_load(backend, variants), dev), reference, dev)
+    parity = check_parity(
+        backend.value, embed(_load(backend, exported_variants), dev), reference, dev
+    )
     floor = COSINE_FLOOR
     if backend == Backend.OPENVINO_INT8_STATIC and not VNNI_FLAGS & cpu_flags():
         floor = NO_VNNI_COSINE_FLOOR
@@ -90,9 +87,9 @@ def test_torch_is_its_own_reference(dev: ParitySet, reference: np.ndarray) -> No
 
 @pytest.mark.parametrize("backend", EXPORTED)
 def test_exported_encoder_keeps_order_norms_and_empty_input(
-    backend: Backend, variants: Path
+    backend: Backend, exported_variants: Path
 ) -> None:
-    encoder = _load(backend, variants)
+    encoder = _load(backend, exported_variants)
     texts = ["short", "a considerably longer sentence about rivers and mountains", "mid length"]
     batch = encoder.encode(texts, batch_size=2)
     singles = torch.cat([encoder.encode([t]) for t in texts])
@@ -121,11 +118,11 @@ def test_static_int8_is_not_exported_without_calibration_sentences(
     assert not (tmp_path / backend.value).exists()  # nothing half-built is left
 
 
-def test_variant_is_exported_once_then_reused(variants: Path) -> None:
-    first = _load(Backend.ONNX, variants)
-    folder = variants / first.checksum[:16] / Backend.ONNX.value
+def test_variant_is_exported_once_then_reused(exported_variants: Path) -> None:
+    first = _load(Backend.ONNX, exported_variants)
+    folder = exported_variants / first.checksum[:16] / Backend.ONNX.value
     stamp = (folder / VARIANT_JSON).stat().st_mtime_ns
-    second = _load(Backend.ONNX, variants)
+    second = _load(Backend.ONNX, exported_variants)
     assert (folder / VARIANT_JSON).stat().st_mtime_ns == stamp
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temporaries
     torch.testing.assert_close(first.encode(["same text"]), second.encode(["same text"]))
@@ -153,8 +150,10 @@ def test_exported_backends_refuse_a_gpu() -> None:
         load_encoder(device="cuda", backend=Backend.ONNX)
 
 
-def test_caches_are_keyed_by_backend(encoder: Encoder, variants: Path, tmp_path: Path) -> None:
-    other = _load(Backend.ONNX, variants)
+def test_caches_are_keyed_by_backend(
+    encoder: Encoder, exported_variants: Path, tmp_path: Path
+) -> None:
+    other = _load(Backend.ONNX, exported_variants)
     assert encoder.cache_key == encoder.checksum  # fp32 caches written before backends stay
     assert other.checksum == encoder.checksum and other.cache_key != encoder.cache_key
     texts = ["one anchor", "another anchor", "a third"]
@@ -166,9 +165,9 @@ def test_caches_are_keyed_by_backend(encoder: Encoder, variants: Path, tmp_path:
 
 @pytest.mark.parametrize("backend", OPENVINO)
 def test_openvino_padding_leaves_embeddings_alone(
-    backend: Backend, encoder: Encoder, variants: Path
+    backend: Backend, encoder: Encoder, exported_variants: Path
 ) -> None:
-    runner = _load(backend, variants).runner
+    runner = _load(backend, exported_variants).runner
     assert runner is not None
     features = {
         name: value.numpy()
@@ -183,10 +182,10 @@ def test_openvino_padding_leaves_embeddings_alone(
         np.testing.assert_allclose(padded, outputs[0], atol=2e-3)
 
 
-def test_openvino_runs_in_bf16_only_where_amx_tiles_make_it_pay(variants: Path) -> None:
+def test_openvino_runs_in_bf16_only_where_amx_tiles_make_it_pay(exported_variants: Path) -> None:
     import openvino as ov
 
-    runner = _load(Backend.OPENVINO, variants).runner
+    runner = _load(Backend.OPENVINO, exported_variants).runner
     default = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
     expected = ov.Type.f32 if default == ov.Type.bf16 and not cpu_has_amx() else default
     assert runner.compiled.get_property("INFERENCE_PRECISION_HINT") == expected  # type: ignore[attr-defined]

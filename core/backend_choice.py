@@ -69,9 +69,9 @@ def dev_parity_set(settings: Settings, max_pairs: int | None = None) -> ParitySe
 
 def _setup(settings: Settings, dev: ParitySet) -> dict[str, Any]:
     """What parity numbers depend on besides the weights and the backend. The instruction
-    sets and runtimes count too, as int8 products round differently without VNNI: on the dev
-    sets, `openvino-int8-static` passed on an AMD Zen 4 (mean cosine 0.9967) and failed on a
-    Zen 3 (0.9947), so a worker's numbers hold only for replicas on CPUs like its own."""
+    sets and runtimes count too: without VNNI, int8 products round otherwise, enough to fail
+    `openvino-int8-static` (models/openvino_export.py), so a worker's numbers hold only for
+    replicas on CPUs like its own."""
     return {
         "max_seq_length": settings.max_seq_length,
         "dev_texts": sha256_texts(dev.texts),

@@ -64,6 +64,12 @@ def cpu_has_bf16(cpuinfo: Path = CPUINFO) -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & cpu_flags(cpuinfo))
 
 
+def cpu_has_vnni(cpuinfo: Path = CPUINFO) -> bool:
+    """Whether the CPU has int8 dot-product instructions (AVX512-VNNI, AVX-VNNI or AMX-INT8);
+    without them int8 products run on AVX2 pair sums, which saturate and round otherwise."""
+    return bool({"avx512_vnni", "avx_vnni", "amx_int8"} & cpu_flags(cpuinfo))
+
+
 def cpu_identity(cpuinfo: Path = CPUINFO) -> dict[str, str | list[str]]:
     """Name, family, model and the inference instruction sets the CPU has: equal for two
     machines whose backends should rank alike."""

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from models.cpu_info import cpu_flags, cpu_has_amx, cpu_has_bf16, cpu_identity
+from models.cpu_info import cpu_flags, cpu_has_amx, cpu_has_bf16, cpu_has_vnni, cpu_identity
 
 XEON = "Intel(R) Xeon(R) Processor"
 
@@ -39,6 +39,22 @@ def test_bf16_arithmetic_is_read_from_the_cpu_flags(
     tmp_path: Path, flags: str, has_bf16: bool
 ) -> None:
     assert cpu_has_bf16(cpuinfo(tmp_path, flags)) is has_bf16
+
+
+@pytest.mark.parametrize(
+    ("flags", "has_vnni"),
+    [
+        ("fpu avx2 avx512f avx512_vnni", True),
+        ("fpu avx2 avx_vnni", True),
+        ("fpu amx_tile amx_int8", True),
+        ("fpu avx2 fma", False),
+    ],
+)
+def test_int8_dot_products_are_read_from_the_cpu_flags(
+    tmp_path: Path, flags: str, has_vnni: bool
+) -> None:
+    assert cpu_has_vnni(cpuinfo(tmp_path, flags)) is has_vnni
+    assert cpu_has_vnni(tmp_path / "missing") is False
 
 
 def test_the_same_name_with_other_instruction_sets_is_another_cpu(tmp_path: Path) -> None:

@@ -26,8 +26,9 @@ from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, se
 KEEP_ALIVE_S = 1.0
 HEADER_S = 1.5
 BODY_S = 2.0
-# How late a close may come on this shared two-core machine (timers, scheduling).
-MARGIN_S = 2.0
+# How late a close may come on a shared two-core machine: the server's loop shares this
+# process's GIL with the test's clients, and a CI run under load once stalled it for 2 s.
+MARGIN_S = 3.0
 # How early: asyncio's timers fire at their time or later, never before.
 EARLY_S = 0.05
 JSON_CONTENT = b"Content-Type: application/json\r\n"
@@ -370,12 +371,14 @@ def test_50_idle_or_partial_connections_are_closed_while_others_are_served(
     assert served >= 10  # the normal clients did run throughout
     still_open = [client.kind for client in slow if client.closed_after is None]
     assert not still_open, f"{len(still_open)} connections were never closed: {still_open}"
+    closes = sorted((client.kind, round(client.closed_after or -1.0, 3)) for client in slow)
     for client in slow:
         timeout = timeouts[client.kind]
         assert client.closed_after is not None
         assert timeout - EARLY_S <= client.closed_after <= timeout + MARGIN_S, (
             client.kind,
             client.closed_after,
+            closes,  # all of them: a stall shifts many, a timer fault one kind
         )
         if client.kind == "idle":
             assert client.data == b""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from models import page_warmer
 from models.page_warmer import PAGE_BYTES, PageWarmer, touch
 from models.rank_store import RankStore
 from tests.polling import wait_until
@@ -19,8 +20,11 @@ def warmers(name: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == f"warm-{name}"]
 
 
-def test_touch_reads_the_first_byte_of_every_page() -> None:
-    pages = 2500  # more than one read's worth of pages, and a partial last one
+def test_touch_reads_the_first_byte_of_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Reads of 4 pages: the real 1024 would need gigabytes here, each page faulted in whole
+    # where the host backs memory with huge pages.
+    monkeypatch.setattr(page_warmer, "_PAGES_PER_READ", 4)
+    pages = 10  # more than one read's worth of pages, and a partial last one
     memory = np.zeros(pages * PAGE_BYTES // 8 + 3, dtype=np.float64)  # not bytes: viewed as such
     as_bytes = memory.view(np.uint8)
     as_bytes[::PAGE_BYTES] = np.arange(pages + 1) % 251  # the first byte of each page

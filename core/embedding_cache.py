@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from models.encoder import Encoder
+if TYPE_CHECKING:  # the cache itself needs no ML library: a process can open it cheaply
+    from models.encoder import Encoder
 
 _CHUNK = 500  # host parameters per statement stay well under SQLite's limit
 _TIMEOUT_S = 30.0  # how long a statement waits for another process's lock
@@ -45,7 +47,7 @@ class Lookup:
 
 class EmbeddingCache:
     @classmethod
-    def for_encoder(cls, directory: Path, encoder: Encoder) -> "EmbeddingCache":
+    def for_encoder(cls, directory: Path, encoder: "Encoder") -> "EmbeddingCache":
         return cls(directory, encoder.cache_key, encoder.max_seq_length, encoder.dim)
 
     def __init__(self, directory: Path, encoder_key: str, max_seq_length: int, dim: int) -> None:

@@ -80,8 +80,25 @@ def _setup(settings: Settings, dev: ParitySet) -> dict[str, Any]:
     }
 
 
-def _candidates() -> list[Backend]:
-    return [backend for backend in Backend if backend != Backend.TORCH and available(backend)]
+# Emulated bf16 encoded at 0.18-0.53x torch fp32 wherever measured (docs/benchmarks.md, the
+# fifteenth and twenty-second sessions): `auto` does not spend a start timing it there.
+_EMULATED_BF16 = "torch emulates bf16 on a CPU without AVX512-BF16 or AMX"
+
+
+def _skipped(settings: Settings) -> dict[str, str]:
+    """Installed backends `auto` leaves out on this machine, and why."""
+    if pick_device(settings.device).type == "cpu" and not cpu_has_bf16():
+        return {Backend.TORCH_BF16.value: _EMULATED_BF16}
+    return {}
+
+
+def _candidates(settings: Settings) -> list[Backend]:
+    skipped = _skipped(settings)
+    return [
+        backend
+        for backend in Backend
+        if backend != Backend.TORCH and available(backend) and backend.value not in skipped
+    ]
 
 
 def measure_parity(
@@ -128,7 +145,7 @@ def build_variants(settings: Settings, checkpoint: Path | None, out_dir: Path) -
     these settings may run, and their parity on the dev sets. None when there are none.
     `out_dir` must lie outside the checkpoint, whose checksum covers every file in it."""
     wanted = settings.encoder_backend
-    checked = _candidates() if wanted == AUTO else [Backend(wanted)]
+    checked = _candidates(settings) if wanted == AUTO else [Backend(wanted)]
     exported = [b for b in checked if b in EXPORTED]
     if not exported:
         return None
@@ -174,7 +191,9 @@ def measure_backends(
     """`auto`'s measurements for one checkpoint and the backend it picks."""
     dev = dev_parity_set(settings)
     reference = encoder_for(settings, path, variants, Backend.TORCH)
-    parity, encoders, failures = measure_parity(settings, reference, variants, dev, _candidates())
+    parity, encoders, failures = measure_parity(
+        settings, reference, variants, dev, _candidates(settings)
+    )
     passing = {b: e for b, e in encoders.items() if parity[b].passed}
     passing[Backend.TORCH] = reference
     speeds = time_backends(passing, dev.texts[:SPEED_TEXTS], seconds)
@@ -191,6 +210,7 @@ def measure_backends(
         "sentences_per_s": {f"{b.value}@{n}": v for (b, n), v in speeds.items()},
         "parity": {b.value: p.to_json() for b, p in parity.items()},
         "failures": failures,
+        "skipped": _skipped(settings),
         "load_average": os.getloadavg(),
     }
 
@@ -199,12 +219,12 @@ def choose_backend(settings: Settings, path: Path | None, variants: Path | None)
     """The backend the settings name; for `auto`, the cached or newly measured choice."""
     if settings.encoder_backend != AUTO:
         named = Backend(settings.encoder_backend)
-        on_cpu = pick_device(settings.device).type == "cpu"
-        if named == Backend.TORCH_BF16 and on_cpu and not cpu_has_bf16():
+        if reason := _skipped(settings).get(named.value):
             logger.warning(
-                "encoder backend torch-bf16 on a CPU without AVX512-BF16 or AMX: torch emulates "
-                "bf16 there, which encoded at 0.28-0.50x torch fp32 where measured; "
-                "torch or auto will be faster"
+                "encoder backend %s: %s, which encoded at 0.18-0.53x torch fp32 where measured; "
+                "torch or auto will be faster",
+                named.value,
+                reason,
             )
         return named
     checkpoint = Path(path or settings.model_path or default_model_path())
@@ -214,7 +234,7 @@ def choose_backend(settings: Settings, path: Path | None, variants: Path | None)
         "threads": [settings.torch_threads, torch.get_num_threads()],
         "cpu": [cpu_identity(), os.cpu_count()],
         "packages": _package_versions(),
-        "installed": [b.value for b in _candidates()],
+        "installed": [b.value for b in _candidates(settings)],
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
     cache = settings.cache.backend_choices / f"{digest}.json"

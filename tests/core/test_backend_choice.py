@@ -120,7 +120,21 @@ def test_auto_picks_the_fastest_backend_that_passes(
     assert set(report["speedup"]) == passing
     assert report["backend"] == max(report["speedup"], key=report["speedup"].get)
     installed = {b.value for b in Backend if b != Backend.TORCH and available(b)}
-    assert set(report["parity"]) | set(report["failures"]) == installed
+    assert set(report["parity"]) | set(report["failures"]) | set(report["skipped"]) == installed
+
+
+@pytest.mark.parametrize("has_bf16", [True, False])
+def test_auto_leaves_out_torch_bf16_where_bf16_is_emulated(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch, has_bf16: bool
+) -> None:
+    monkeypatch.setattr(choice, "cpu_has_bf16", lambda: has_bf16)
+    on_cpu = settings.model_copy(update={"device": "cpu"})
+    checked = choice._candidates(on_cpu)
+    assert (Backend.TORCH_BF16 in checked) == (has_bf16 and available(Backend.TORCH_BF16))
+    assert (Backend.TORCH_BF16.value in choice._skipped(on_cpu)) == (not has_bf16)
+    assert set(checked) | {Backend(name) for name in choice._skipped(on_cpu)} == {
+        b for b in Backend if b != Backend.TORCH and available(b)
+    }
 
 
 @pytest.mark.slow

@@ -26,16 +26,9 @@ import torch
 from service.background import stop_task
 from service.engine import Engine
 from service.metrics import Metrics
+from service.queue_full import QueueFullError
 
 T = TypeVar("T")
-
-
-class QueueFullError(RuntimeError):
-    """More texts are waiting than the queue holds; retry after `retry_after_s`."""
-
-    def __init__(self, retry_after_s: int) -> None:
-        super().__init__("the encoder queue is full")
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from core.documents import StoreUnavailableError
-from service.batching import QueueFullError
 from service.metrics import MODEL_VERSION_HEADER, NO_MODEL, SCOPE_MODEL_VERSION
+from service.queue_full import QueueFullError
 from service.request_id import REQUEST_ID_HEADER, scope_request_id
 
 logger = logging.getLogger(__name__)

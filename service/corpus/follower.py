@@ -22,7 +22,6 @@ from core.documents import Change, ChangeLogGapError, DocumentStore, StoreUnavai
 from core.settings import Settings
 from core.store_types import CorpusSnapshot
 from models.index import IndexConfig
-from service.batching import QueueFullError
 from service.corpus.anchor_sync import AnchorSync
 from service.corpus.demo import seed_demo
 from service.corpus.embedder import DocumentEmbedder
@@ -30,6 +29,7 @@ from service.corpus.index_state import IndexState, build_index
 from service.corpus.rank_sync import RankStoreSync
 from service.engine import Engine, EngineHolder
 from service.errors import NotReadyError
+from service.queue_full import QueueFullError
 
 logger = logging.getLogger(__name__)
 

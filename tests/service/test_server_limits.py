@@ -27,7 +27,7 @@ KEEP_ALIVE_S = 1.0
 HEADER_S = 1.5
 BODY_S = 2.0
 # How late a close may come on a shared two-core machine: the server's loop shares this
-# process's GIL with the test's clients, and a CI run under load once stalled it for 2 s.
+# process's GIL with the test's clients, and on a CI run under load a close once came 2 s late.
 MARGIN_S = 3.0
 # How early: asyncio's timers fire at their time or later, never before.
 EARLY_S = 0.05

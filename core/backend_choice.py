@@ -80,9 +80,12 @@ def _setup(settings: Settings, dev: ParitySet) -> dict[str, Any]:
     }
 
 
-# Emulated bf16 encoded at 0.18-0.53x torch fp32 wherever measured (docs/benchmarks.md, the
-# fifteenth and twenty-second sessions): `auto` does not spend a start timing it there.
-_EMULATED_BF16 = "torch emulates bf16 on a CPU without AVX512-BF16 or AMX"
+# From docs/benchmarks.md (the fifteenth and twenty-second sessions): `auto` does not spend a
+# start timing a backend this slow.
+_EMULATED_BF16 = (
+    "torch emulates bf16 on a CPU without AVX512-BF16 or AMX, "
+    "at 0.18-0.53x torch fp32 wherever measured"
+)
 
 
 def _skipped(settings: Settings) -> dict[str, str]:
@@ -221,8 +224,7 @@ def choose_backend(settings: Settings, path: Path | None, variants: Path | None)
         named = Backend(settings.encoder_backend)
         if reason := _skipped(settings).get(named.value):
             logger.warning(
-                "encoder backend %s: %s, which encoded at 0.18-0.53x torch fp32 where measured; "
-                "torch or auto will be faster",
+                "encoder backend %s: %s; torch or auto will be faster",
                 named.value,
                 reason,
             )

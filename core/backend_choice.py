@@ -70,12 +70,15 @@ def dev_parity_set(settings: Settings, max_pairs: int | None = None) -> ParitySe
 def _setup(settings: Settings, dev: ParitySet) -> dict[str, Any]:
     """What parity numbers depend on besides the weights and the backend. The instruction
     sets and runtimes count too: without VNNI, int8 products round otherwise, enough to fail
-    `openvino-int8-static` (models/openvino_export.py), so a worker's numbers hold only for
-    replicas on CPUs like its own."""
+    `openvino-int8-static` (models/openvino_export.py), and the vendor decides OpenVINO's
+    precision (models/openvino_runner.py), so a worker's numbers hold only for replicas on CPUs
+    like its own."""
+    cpu = cpu_identity()
     return {
         "max_seq_length": settings.max_seq_length,
         "dev_texts": sha256_texts(dev.texts),
-        "cpu_flags": cpu_identity()["flags"],
+        "cpu_vendor": cpu["vendor"],
+        "cpu_flags": cpu["flags"],
         "packages": _package_versions(),
     }
 

@@ -27,7 +27,7 @@ from sentence_transformers import SentenceTransformer
 
 from models.atomic import atomic_directory, atomic_write_json
 from models.openvino_export import calibration_samples, convert_openvino
-from models.openvino_runner import OpenVinoRunner
+from models.openvino_runner import OpenVinoRunner, runs_in_bf16
 
 VARIANT_FORMAT = 2  # bump when the export recipe changes: older variants are re-exported
 VARIANT_JSON = "variant.json"
@@ -130,7 +130,12 @@ def load_runner(backend: Backend, directory: Path, threads: int | None = None) -
     require(backend)
     graph = directory / _GRAPH_FILE[backend]
     if backend in OPENVINO:
-        return OpenVinoRunner(graph, threads, int8_weights=backend == Backend.OPENVINO_INT8)
+        return OpenVinoRunner(
+            graph,
+            threads,
+            int8_weights=backend == Backend.OPENVINO_INT8,
+            bf16=runs_in_bf16(int8_graph=backend != Backend.OPENVINO),
+        )
     return _OnnxRunner(graph, threads)
 
 

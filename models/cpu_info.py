@@ -58,6 +58,12 @@ def cpu_has_amx(cpuinfo: Path = CPUINFO) -> bool:
     return "amx_bf16" in cpu_flags(cpuinfo)
 
 
+def cpu_vendor(cpuinfo: Path = CPUINFO) -> str:
+    """ "GenuineIntel", "AuthenticAMD", ... as Linux reports it ("" where it cannot be read):
+    the same instruction set can run at other speeds on the two vendors' cores."""
+    return _fields(cpuinfo).get("vendor_id", "")
+
+
 def cpu_has_bf16(cpuinfo: Path = CPUINFO) -> bool:
     """Whether the CPU does bf16 arithmetic itself (AVX512-BF16 or AMX); torch emulates it
     elsewhere."""
@@ -71,10 +77,11 @@ def cpu_has_vnni(cpuinfo: Path = CPUINFO) -> bool:
 
 
 def cpu_identity(cpuinfo: Path = CPUINFO) -> dict[str, str | list[str]]:
-    """Name, family, model and the inference instruction sets the CPU has: equal for two
-    machines whose backends should rank alike."""
+    """Vendor, name, family, model and the inference instruction sets the CPU has: equal for
+    two machines whose backends should rank alike."""
     fields = _fields(cpuinfo)
     return {
+        "vendor": fields.get("vendor_id", ""),
         "name": fields.get("model name") or platform.processor() or platform.machine(),
         "family": fields.get("cpu family", ""),
         "model": fields.get("model", ""),

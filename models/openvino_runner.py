@@ -7,7 +7,22 @@ from pathlib import Path
 
 import numpy as np
 
-from models.cpu_info import cpu_has_amx
+from models.cpu_info import CPUINFO, cpu_has_amx, cpu_has_bf16, cpu_vendor
+
+
+def runs_in_bf16(*, int8_graph: bool, cpuinfo: Path = CPUINFO) -> bool:
+    """Whether OpenVINO's CPU plugin should run a graph's float products in bf16 here. The
+    plugin would pick bf16 wherever the CPU has AVX512-BF16; what pays was measured, each time
+    alternating both precisions in one process (docs/benchmarks.md):
+    - AMX tiles: bf16, for every graph.
+    - An Intel Xeon with AVX512-BF16 and no AMX: f32 encoded 1.16-1.45x as many texts.
+    - AMD Zen 4 and Zen 5 (AVX512-BF16): bf16 made the f32 graph 1.3-1.9x and 1.5-1.6x as
+      fast. For the int8 graphs, whose heavy products are int8 either way, bf16 moved the
+      rest by 0.77-1.10x on the Zen 4 and within the noise on the Zen 5: they stay in f32.
+    """
+    if cpu_has_amx(cpuinfo):
+        return True
+    return not int8_graph and cpu_has_bf16(cpuinfo) and cpu_vendor(cpuinfo) == "AuthenticAMD"
 
 
 class OpenVinoRunner:
@@ -22,10 +37,13 @@ class OpenVinoRunner:
     LENGTH_MULTIPLE = 8
     # In bf16 the CPU plugin multiplies tiles of 16 rows (AMX): on an AMX Xeon, texts padded to
     # a multiple of 16 tokens ran 7-12 % faster one at a time and in batches of long texts, and
-    # alike in batches of short ones (alternating in one process).
+    # alike in batches of short ones (alternating in one process). On a Zen 4's AVX512-BF16,
+    # without tiles, 16 and 8 ran alike, and 16 compiles fewer shapes.
     BF16_LENGTH_MULTIPLE = 16
 
-    def __init__(self, path: Path, threads: int | None, *, int8_weights: bool = False) -> None:
+    def __init__(
+        self, path: Path, threads: int | None, *, int8_weights: bool = False, bf16: bool = False
+    ) -> None:
         import openvino as ov
 
         core = ov.Core()
@@ -38,16 +56,9 @@ class OpenVinoRunner:
             # ran 290.9 against 250.1 texts/s without it, single texts and long batches alike
             # (Intel Xeon without AMX, alternating in one process, load 1.2-1.3).
             config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 32
-        # The CPU plugin picks bf16 wherever the CPU has AVX512-BF16, but only AMX tiles make it
-        # pay: on an Intel Xeon with AVX512-BF16 and no AMX, f32 encoded 1.16-1.45x as many
-        # texts as bf16 (single texts and batches of 16 and 64, short and long, alternating in
-        # one process, load 1.3-1.7), whose matmul probe there read half of fp32's GFLOP/s.
-        default = core.get_property("CPU", "INFERENCE_PRECISION_HINT")
-        if default == ov.Type.bf16 and not cpu_has_amx():
-            config["INFERENCE_PRECISION_HINT"] = ov.Type.f32
+        config["INFERENCE_PRECISION_HINT"] = ov.Type.bf16 if bf16 else ov.Type.f32
         self.compiled = core.compile_model(str(path), "CPU", config)
         self.inputs = [port.get_any_name() for port in self.compiled.inputs]
-        bf16 = self.compiled.get_property("INFERENCE_PRECISION_HINT") == ov.Type.bf16
         self.length_multiple = self.BF16_LENGTH_MULTIPLE if bf16 else self.LENGTH_MULTIPLE
         # compiled_model(...) reuses one infer request, which is not safe across threads.
         self._lock = threading.Lock()

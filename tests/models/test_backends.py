@@ -19,8 +19,9 @@ from models.backends import (
     build_variant,
     tensor_features,
 )
-from models.cpu_info import cpu_has_amx, cpu_has_vnni
+from models.cpu_info import cpu_has_vnni
 from models.encoder import Encoder, load_encoder
+from models.openvino_runner import runs_in_bf16
 from models.parity import COSINE_FLOOR, SPEARMAN_TOLERANCE, ParitySet, check_parity, embed
 
 PAIRS_PER_TASK = 150  # 300 dev pairs: a Spearman gap of 0.2 is still well resolved
@@ -180,11 +181,14 @@ def test_openvino_padding_leaves_embeddings_alone(
         np.testing.assert_allclose(padded, outputs[0], atol=2e-3)
 
 
-def test_openvino_runs_in_bf16_only_where_amx_tiles_make_it_pay(exported_variants: Path) -> None:
+@pytest.mark.parametrize("backend", OPENVINO)
+def test_openvino_runs_in_the_precision_that_pays_on_this_cpu(
+    backend: Backend, exported_variants: Path
+) -> None:
     import openvino as ov
 
-    runner = _load(Backend.OPENVINO, exported_variants).runner
-    default = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
-    expected = ov.Type.f32 if default == ov.Type.bf16 and not cpu_has_amx() else default
+    runner = _load(backend, exported_variants).runner
+    bf16 = runs_in_bf16(int8_graph=backend != Backend.OPENVINO)
+    expected = ov.Type.bf16 if bf16 else ov.Type.f32
     assert runner.compiled.get_property("INFERENCE_PRECISION_HINT") == expected  # type: ignore[attr-defined]
-    assert runner.length_multiple == (16 if expected == ov.Type.bf16 else 8)  # type: ignore[attr-defined]
+    assert runner.length_multiple == (16 if bf16 else 8)  # type: ignore[attr-defined]

@@ -5,15 +5,36 @@ from pathlib import Path
 
 import pytest
 
-from models.cpu_info import cpu_flags, cpu_has_amx, cpu_has_bf16, cpu_has_vnni, cpu_identity
+from models.cpu_info import (
+    cpu_flags,
+    cpu_has_amx,
+    cpu_has_bf16,
+    cpu_has_vnni,
+    cpu_identity,
+    cpu_vendor,
+)
+from models.openvino_runner import runs_in_bf16
 
 XEON = "Intel(R) Xeon(R) Processor"
 
 
-def cpuinfo(tmp_path: Path, flags: str, *, name: str = XEON, model: str = "207") -> Path:
+def cpuinfo(
+    tmp_path: Path,
+    flags: str,
+    *,
+    name: str = XEON,
+    model: str = "207",
+    vendor: str = "GenuineIntel",
+) -> Path:
     """Two processors, as Linux lists them; the second's lines must not leak into the first's."""
-    first = f"processor\t: 0\ncpu family\t: 6\nmodel\t\t: {model}\nmodel name\t: {name}\n"
-    second = "processor\t: 1\nmodel\t\t: 1\nmodel name\t: other\nflags\t\t: amx_bf16\n"
+    first = (
+        f"processor\t: 0\nvendor_id\t: {vendor}\ncpu family\t: 6\nmodel\t\t: {model}\n"
+        f"model name\t: {name}\n"
+    )
+    second = (
+        "processor\t: 1\nvendor_id\t: other\nmodel\t\t: 1\nmodel name\t: other\n"
+        "flags\t\t: amx_bf16\n"
+    )
     path = tmp_path / f"cpuinfo-{len(list(tmp_path.iterdir()))}"
     path.write_text(f"{first}flags\t\t: {flags}\nbugs\t\t: amx_bf16\n\n{second}", encoding="utf-8")
     return path
@@ -57,6 +78,26 @@ def test_int8_dot_products_are_read_from_the_cpu_flags(
     assert cpu_has_vnni(tmp_path / "missing") is False
 
 
+@pytest.mark.parametrize(
+    ("vendor", "flags", "f32_graph", "int8_graph"),
+    [
+        ("GenuineIntel", "avx512f avx512_bf16 amx_bf16 amx_tile", True, True),
+        ("GenuineIntel", "avx512f avx512_bf16", False, False),
+        ("AuthenticAMD", "avx512f avx512_bf16", True, False),
+        ("AuthenticAMD", "avx2 fma", False, False),
+        ("GenuineIntel", "avx2 fma", False, False),
+    ],
+)
+def test_openvino_runs_in_bf16_where_it_was_measured_to_pay(
+    tmp_path: Path, vendor: str, flags: str, f32_graph: bool, int8_graph: bool
+) -> None:
+    path = cpuinfo(tmp_path, flags, vendor=vendor)
+    assert cpu_vendor(path) == vendor
+    assert runs_in_bf16(int8_graph=False, cpuinfo=path) is f32_graph
+    assert runs_in_bf16(int8_graph=True, cpuinfo=path) is int8_graph
+    assert runs_in_bf16(int8_graph=False, cpuinfo=tmp_path / "missing") is False
+
+
 def test_the_same_name_with_other_instruction_sets_is_another_cpu(tmp_path: Path) -> None:
     # Both seen as 2-core KVM guests: model 207 with and without AVX512-BF16.
     with_bf16 = cpuinfo(tmp_path, "fpu avx2 fma avx512f avx512_vnni avx512_bf16 avx512_fp16")
@@ -64,6 +105,7 @@ def test_the_same_name_with_other_instruction_sets_is_another_cpu(tmp_path: Path
     assert cpu_identity(with_bf16)["name"] == cpu_identity(without)["name"] == XEON
     assert cpu_identity(with_bf16) != cpu_identity(without)
     assert cpu_identity(without) == {
+        "vendor": "GenuineIntel",
         "name": XEON,
         "family": "6",
         "model": "207",

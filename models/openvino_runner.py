@@ -16,9 +16,9 @@ def runs_in_bf16(*, int8_graph: bool, cpuinfo: Path = CPUINFO) -> bool:
     alternating both precisions in one process (docs/benchmarks.md):
     - AMX tiles: bf16, for every graph.
     - An Intel Xeon with AVX512-BF16 and no AMX: f32 encoded 1.16-1.45x as many texts.
-    - AMD Zen 4 and Zen 5 (AVX512-BF16): bf16 made the f32 graph 1.3-1.9x and 1.5-1.6x as
+    - AMD Zen 4 and Zen 5 (AVX512-BF16): bf16 made the f32 graph 1.2-1.9x and 1.5-1.6x as
       fast. For the int8 graphs, whose heavy products are int8 either way, bf16 moved the
-      rest by 0.77-1.10x on the Zen 4 and within the noise on the Zen 5: they stay in f32.
+      rest by 0.79-1.18x on the Zen 4 and within the noise on the Zen 5: they stay in f32.
     """
     if cpu_has_amx(cpuinfo):
         return True

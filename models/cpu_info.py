@@ -44,6 +44,10 @@ def _fields(cpuinfo: Path) -> dict[str, str]:
     return fields
 
 
+def _vendor(fields: dict[str, str]) -> str:
+    return fields.get("vendor_id", "")
+
+
 def _flags(fields: dict[str, str]) -> frozenset[str]:
     return frozenset(fields.get("flags", "").split())
 
@@ -59,9 +63,9 @@ def cpu_has_amx(cpuinfo: Path = CPUINFO) -> bool:
 
 
 def cpu_vendor(cpuinfo: Path = CPUINFO) -> str:
-    """ "GenuineIntel", "AuthenticAMD", ... as Linux reports it ("" where it cannot be read):
-    the same instruction set can run at other speeds on the two vendors' cores."""
-    return _fields(cpuinfo).get("vendor_id", "")
+    """The vendor as Linux reports it, such as GenuineIntel or AuthenticAMD ("" where it cannot
+    be read): the same instruction set can run at other speeds on the two vendors' cores."""
+    return _vendor(_fields(cpuinfo))
 
 
 def cpu_has_bf16(cpuinfo: Path = CPUINFO) -> bool:
@@ -81,7 +85,7 @@ def cpu_identity(cpuinfo: Path = CPUINFO) -> dict[str, str | list[str]]:
     two machines whose backends should rank alike."""
     fields = _fields(cpuinfo)
     return {
-        "vendor": fields.get("vendor_id", ""),
+        "vendor": _vendor(fields),
         "name": fields.get("model name") or platform.processor() or platform.machine(),
         "family": fields.get("cpu family", ""),
         "model": fields.get("model", ""),

@@ -4,6 +4,7 @@ backend passing parity can win, and a bundle's prebuilt variants spare replicas 
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -178,16 +179,16 @@ def test_a_bundles_parity_holds_only_on_a_cpu_with_the_workers_vendor_and_instru
         "pairs": 1,
     }
 
-    def on(vendor: str, flags: list[str]) -> dict[str, Backend]:
+    def setup_on(vendor: str, flags: list[str]) -> dict[str, Any]:
         monkeypatch.setattr(choice, "cpu_identity", lambda: {"vendor": vendor, "flags": flags})
-        return choice.read_parity(tmp_path, choice._setup(settings, dev))
+        return choice._setup(settings, dev)
 
     vnni = ["avx2", "avx512_bf16", "avx512_vnni"]
-    on("GenuineIntel", vnni)
-    record = {"setup": choice._setup(settings, dev), "parity": {"onnx-int8": stored}}
+    record = {"setup": setup_on("GenuineIntel", vnni), "parity": {"onnx-int8": stored}}
     (tmp_path / choice.PARITY_JSON).write_text(json.dumps(record))
-    assert on("GenuineIntel", vnni)[Backend.ONNX_INT8].mean_cosine == 0.998
+    same = choice.read_parity(tmp_path, setup_on("GenuineIntel", vnni))
+    assert same[Backend.ONNX_INT8].mean_cosine == 0.998
     # Without VNNI int8 products saturate and round otherwise: the numbers do not carry over.
-    assert on("GenuineIntel", ["avx2"]) == {}
+    assert choice.read_parity(tmp_path, setup_on("GenuineIntel", ["avx2"])) == {}
     # With AVX512-BF16 OpenVINO runs in bf16 on AMD's cores and in f32 on Intel's.
-    assert on("AuthenticAMD", vnni) == {}
+    assert choice.read_parity(tmp_path, setup_on("AuthenticAMD", vnni)) == {}

@@ -29,7 +29,7 @@ from models.atomic import atomic_directory, atomic_write_json
 from models.openvino_export import calibration_samples, convert_openvino
 from models.openvino_runner import OpenVinoRunner, runs_in_bf16
 
-VARIANT_FORMAT = 2  # bump when the export recipe changes: older variants are re-exported
+VARIANT_FORMAT = 3  # bump when the export recipe changes: older variants are re-exported
 VARIANT_JSON = "variant.json"
 ONNX_OPSET = 17
 
@@ -160,9 +160,13 @@ class _SentenceGraph(torch.nn.Module):
 
 
 def _export_onnx(model: SentenceTransformer, target: Path) -> None:
-    if model.device.type != "cpu":
-        # The variants run on CPU; a worker training on a GPU exports a CPU copy.
-        model = copy.deepcopy(model).to("cpu")
+    # A copy, on the CPU that the variants run on, with attention in plain products: torch's
+    # SDPA traces into a graph with a NaN guard after each softmax, which kept OpenVINO's CPU
+    # plugin from fusing attention into one kernel. Exported eagerly, `openvino-int8-static`
+    # ran 1.02-1.18x as fast, and the other exported backends 1.1-1.3x on long texts and
+    # 0.88-1.11x on short ones (AMD EPYC Zen 4, alternating in one process; docs/benchmarks.md).
+    model = copy.deepcopy(model).to("cpu")
+    model[0].auto_model.set_attn_implementation("eager")
     # Two texts of different lengths: the trace then contains the padding path.
     example = tensor_features(model, ["a", "a sentence of a few more words"])
     names = list(example)

@@ -52,10 +52,11 @@ def _load(backend: Backend, cache: Path) -> Encoder:
     )
 
 
-# On these 150 pairs per task the int8 backends' gaps read wider than on the full dev sets that
-# `auto` checks: onnx-int8 (which scales activations per batch, so its scores move with how the
-# texts are batched) 0.29 here against 0.03-0.10 there, openvino-int8-static 0.22 against 0.055
-# (bench.encoder). They are held to a wider bound here.
+# On these 150 pairs per task the int8 backends' gaps have read wider than on the full dev sets
+# that `auto` checks: onnx-int8 (which scales activations per batch, so its scores move with how
+# the texts are batched) 0.29 here against 0.03-0.10 there, openvino-int8-static 0.22 against
+# 0.055 (bench.encoder). Since attention is exported eagerly, 0.086 and 0.058 here on a Zen 4.
+# They are held to a wider bound here.
 SUBSET_TOLERANCE = {Backend.ONNX_INT8: 0.35, Backend.OPENVINO_INT8_STATIC: 0.35}
 # Without VNNI, OpenVINO's static int8 falls under the parity floor (models/openvino_export.py):
 # 0.9938 here on an AMD Zen 3, so `auto` leaves it out there. Still this close to fp32.
@@ -115,6 +116,18 @@ def test_static_int8_is_not_exported_without_calibration_sentences(
     with pytest.raises(ValueError, match="calibration sentences"):
         build_variant(encoder.model, encoder.checksum, backend, tmp_path, empty)
     assert not (tmp_path / backend.value).exists()  # nothing half-built is left
+
+
+def test_attention_is_exported_as_plain_products(exported_variants: Path) -> None:
+    # torch's SDPA traces a NaN guard (IsNaN, Where) after each softmax, which keeps OpenVINO
+    # from fusing the layer's attention into one kernel (models/backends.py).
+    import onnx
+
+    _load(Backend.ONNX, exported_variants)
+    (graph_file,) = exported_variants.rglob("model.onnx")
+    ops = [node.op_type for node in onnx.load(str(graph_file)).graph.node]
+    assert "IsNaN" not in ops
+    assert ops.count("Softmax") == 6  # one per layer of MiniLM-L6
 
 
 def test_variant_is_exported_once_then_reused(exported_variants: Path) -> None:

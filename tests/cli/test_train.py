@@ -127,7 +127,7 @@ def test_training_on_a_dev_split_is_refused(isolated, dev_copy, tmp_path):
     assert "an evaluation split; never train on it" in flat(result.output)
 
 
-def test_a_killed_run_resumes_from_its_last_checkpoint(var_dir, dev_copy, tmp_path):
+def test_a_killed_run_resumes_from_its_last_checkpoint(var_dir, dev_copy, tmp_path, request):
     """Kill the process once a checkpoint exists; the rerun continues and ends where an
     uninterrupted run with the same seed ends."""
     env = os.environ | {"RANKSERVE_VAR_DIR": str(var_dir)}
@@ -142,6 +142,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(var_dir, dev_copy, tmp_pa
     straight = tmp_path / "straight"
     straight_env = env | {"RANKSERVE_VAR_DIR": str(tmp_path / "straight-var")}
     uninterrupted = subprocess.Popen(command(straight), env=straight_env, stdout=subprocess.DEVNULL)
+    request.addfinalizer(lambda: (uninterrupted.kill(), uninterrupted.wait()))  # if we fail first
     interrupted = tmp_path / "interrupted"
     process = subprocess.Popen(command(interrupted), env=env, stdout=subprocess.DEVNULL)
     state = interrupted / ".resume" / "state.pt"

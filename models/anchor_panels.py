@@ -11,7 +11,11 @@ with zeros; bfloat16 anchors stay bfloat16, widened as they are loaded, and anch
 int8 grid of models/anchor_formats.py go in as int8, each sum times the anchor's power of two
 at its end), so the kernel runs along the anchors: per dimension it loads 32 anchors' values
 and adds them, times each of eight rows (then four or two, for the rest), to 8 x 32
-accumulators held in registers (models/numba_intrinsics.py). The kernel it replaced ran along
+accumulators held in registers (models/numba_intrinsics.py). That is for AVX-512's 32 vector
+registers; AVX2 has 16, which eight rows overflow, so there rows go by threes (12 registers),
+then twos: 3 x 32 ran 1.7-2.2x as fast as the eights on one core, 57 GFLOP/s, where 6 x 16,
+4 x 16, 5 x 16 and 12 x 8 ran 1.1-2.1x (int8 anchors, 120 rows at M = 100k and 96 at 10k,
+AMD EPYC Zen 3, a script, load 1.0-1.5). The kernel it replaced ran along
 the dimensions, four anchors by two rows, and added up each output's vector lanes at its end.
 Against it, on one core, AMD EPYC Zen 4 (a script alternating the two, load 0.3-0.5),
 bfloat16 anchors at M = 10k: 11 rows (what an exact search verifies) 1.15 ms against 1.64, one
@@ -36,7 +40,7 @@ import numpy as np
 import torch
 
 from models.anchor_formats import int8_grid
-from models.numba_jit import compile_kernel
+from models.numba_jit import avx512, compile_kernel
 
 WIDTH = 32  # anchors per panel: two 512-bit registers of float32
 
@@ -49,6 +53,7 @@ class Panels(NamedTuple):
 # Bound by _kernel: numba resolves what a kernel calls among the module's globals when it
 # compiles the kernel, and numba is imported only then (models/numba_jit.py).
 _two_rows: Any = None
+_three_rows: Any = None  # the compiled _three_rows_py
 _four_rows: Any = None  # the compiled _four_rows_py
 _eight_rows: Any = None  # the compiled _eight_rows_py
 as_float32: Any = None
@@ -154,6 +159,34 @@ def _four_rows_py(
             out[i2, column], out[i3, column] = a2[lane] * factor, a3[lane] * factor
 
 
+def _three_rows_py(
+    rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int
+) -> int:
+    """_four_rows_py's products for the rows in whole groups of three, the widest group whose
+    3 x 32 accumulators fit AVX2's registers; returns the first row left."""
+    count, dim = rows.shape
+    width = min(WIDTH, out.shape[1] - first)
+    a0 = carray(stack_float32(WIDTH), (WIDTH,))
+    a1 = carray(stack_float32(WIDTH), (WIDTH,))
+    a2 = carray(stack_float32(WIDTH), (WIDTH,))
+    whole = count - count % 3
+    for i in range(0, whole, 3):
+        for lane in range(WIDTH):
+            a0[lane] = a1[lane] = a2[lane] = 0.0
+        for k in range(dim):
+            x0, x1, x2 = rows[i, k], rows[i + 1, k], rows[i + 2, k]
+            for lane in range(WIDTH):
+                anchor = as_float32(panel[k, np.uint64(lane)])
+                a0[lane] += x0 * anchor
+                a1[lane] += x1 * anchor
+                a2[lane] += x2 * anchor
+        for lane in range(width):
+            column, factor = first + lane, scale[lane]
+            out[i, column], out[i + 1, column] = a0[lane] * factor, a1[lane] * factor
+            out[i + 2, column] = a2[lane] * factor
+    return whole
+
+
 def _eight_rows_py(
     rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int
 ) -> int:
@@ -204,12 +237,17 @@ def _panel_cosines_py(
     out: np.ndarray,
     start: int,
     stop: int,
+    eights: bool,
 ) -> None:
     """out[:, start:stop] = rows (r, dim) . anchors[start:stop]^T, from their panels
-    (count, dim, WIDTH) and scales (count, WIDTH); `start` is a multiple of WIDTH."""
+    (count, dim, WIDTH) and scales (count, WIDTH); `start` is a multiple of WIDTH. Rows go by
+    eights where `eights` (AVX-512), else by threes, and the rest by fours or twos."""
     for p in range(start // WIDTH, -(-stop // WIDTH)):
         panel, scale, first = panels[p], scales[p], p * WIDTH
-        begin = _eight_rows(rows, panel, scale, out, first)
+        if eights:
+            begin = _eight_rows(rows, panel, scale, out, first)
+        else:
+            begin = _three_rows(rows, panel, scale, out, first)
         if rows.shape[0] - begin > 2:
             _four_rows(rows, panel, scale, out, first, begin)
         else:
@@ -226,7 +264,7 @@ def _kernel() -> Callable[..., Any] | None:
     (fastmath's "contract"), not reassociation: each sum keeps the order of the dimensions
     in every compiled variant, which is what makes eight rows, four or two, any dtype's panels
     and any split of the anchors give the same bits."""
-    global _two_rows, _four_rows, _eight_rows, as_float32, carray, stack_float32
+    global _two_rows, _three_rows, _four_rows, _eight_rows, as_float32, carray, stack_float32
     try:
         from models import numba_intrinsics
     except ImportError:
@@ -245,14 +283,19 @@ def _kernel() -> Callable[..., Any] | None:
         _signatures(f"void({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64, int64)"),
         fastmath=flags,
     )
-    _eight_rows = compile_kernel(
-        _eight_rows_py,
-        _signatures(f"int64({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64)"),
-        fastmath=flags,
+    _three_rows, _eight_rows = (
+        compile_kernel(
+            function,
+            _signatures(f"int64({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64)"),
+            fastmath=flags,
+        )
+        for function in (_three_rows_py, _eight_rows_py)
     )
     return compile_kernel(
         _panel_cosines_py,
-        _signatures(f"void({rows}, {{anchors}}[:, :, ::1], float32[:, ::1], {rows}, int64, int64)"),
+        _signatures(
+            f"void({rows}, {{anchors}}[:, :, ::1], float32[:, ::1], {rows}, int64, int64, boolean)"
+        ),
         fastmath=flags,
     )
 
@@ -261,9 +304,21 @@ def available() -> bool:
     return _kernel() is not None
 
 
-def panel_cosines(rows: np.ndarray, panels: Panels, out: np.ndarray, start: int, stop: int) -> None:
+def panel_cosines(
+    rows: np.ndarray,
+    panels: Panels,
+    out: np.ndarray,
+    start: int,
+    stop: int,
+    *,
+    eights: bool | None = None,
+) -> None:
     """out[:, start:stop] = rows (r, dim) float32 . the anchors of panels_of (columns start to
-    stop; start a multiple of WIDTH). Needs numba (`available`)."""
+    stop; start a multiple of WIDTH). Needs numba (`available`). `eights`: group rows by
+    eights, by default where the compiled code has AVX-512; either grouping gives the same
+    bits."""
     kernel = _kernel()
     assert kernel is not None, "panel_cosines needs numba"
-    kernel(rows, panels.values, panels.scales, out, start, stop)
+    kernel(
+        rows, panels.values, panels.scales, out, start, stop, avx512() if eights is None else eights
+    )

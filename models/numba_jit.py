@@ -25,6 +25,19 @@ def _wide_vectors() -> None:
         numba.config.CPU_FEATURES = features.flatten() + ",-prefer-256-bit"
 
 
+@functools.cache
+def avx512() -> bool:
+    """Whether compiled kernels have AVX-512's 32 vector registers (else AVX2's 16, or NEON's
+    32 of a quarter the width): the anchor kernel groups its rows by what they hold."""
+    import numba
+    from llvmlite import binding
+
+    _wide_vectors()
+    if numba.config.CPU_FEATURES is not None:
+        return "+avx512f" in numba.config.CPU_FEATURES.split(",")
+    return bool(binding.get_host_cpu_features().get("avx512f", False))
+
+
 def compile_kernel(
     function: Callable[..., Any],
     signature: str | list[str],

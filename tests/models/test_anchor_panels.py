@@ -34,10 +34,13 @@ def test_panels_hold_the_anchors_thirty_two_at_a_time_padded_with_zeros(
     assert not panels[2, :, 70 - 2 * WIDTH :].any()
 
 
-@pytest.mark.parametrize("count", [1, 2, 9, 13])  # by twos, by eights and twos, eights and fours
-def test_each_sum_runs_over_the_dimensions_in_order(count: int) -> None:
+# By twos; eights and twos, eights and fours; threes and twos, threes and fours.
+@pytest.mark.parametrize("count", [1, 2, 9, 13])
+@pytest.mark.parametrize("eights", [True, False])
+def test_each_sum_runs_over_the_dimensions_in_order(count: int, eights: bool) -> None:
     """The documented order: one float32 fused multiply-add per dimension, first to last,
-    which fixes every bit whatever the grouping of rows."""
+    which fixes every bit whatever the grouping of rows, by AVX-512's eights or AVX2's
+    threes."""
     rng = np.random.default_rng(1)
     rows, anchors = unit_rows(rng, count, 40), unit_rows(rng, 45, 40)
     wide_rows, wide_anchors = rows.numpy().astype(np.float64), anchors.numpy().astype(np.float64)
@@ -47,6 +50,9 @@ def test_each_sum_runs_over_the_dimensions_in_order(count: int) -> None:
         # fused multiply-add (bar a double rounding, about once in 2^29 sums).
         exact = expected + np.outer(wide_rows[:, k], wide_anchors[:, k])  # (count, 45) float64
         expected = exact.astype(np.float32)
+    out = np.empty((count, 45), dtype=np.float32)
+    panel_cosines(rows.numpy(), panels_of(anchors), out, 0, 45, eights=eights)
+    assert np.array_equal(out, expected)
     assert torch.equal(anchor_cosines(rows, anchors), torch.from_numpy(expected))
 
 
@@ -78,7 +84,10 @@ def test_preparing_a_matrix_builds_its_panels_before_any_product() -> None:
     prepare_anchors(anchors.to(torch.float16))  # a dtype the kernel does not read: nothing
 
 
-def test_anchors_on_the_int8_grid_are_read_at_a_byte_a_value_with_the_same_bits() -> None:
+@pytest.mark.parametrize("eights", [True, False])
+def test_anchors_on_the_int8_grid_are_read_at_a_byte_a_value_with_the_same_bits(
+    eights: bool,
+) -> None:
     rng = np.random.default_rng(5)
     held = hold(unit_rows(rng, 70, 48), "int8")  # (70, 48) bfloat16 on the grid
     rows = unit_rows(rng, 11, 48)
@@ -95,7 +104,7 @@ def test_anchors_on_the_int8_grid_are_read_at_a_byte_a_value_with_the_same_bits(
         np.ones((3, WIDTH), dtype=np.float32),
     )
     one_byte, two_bytes = np.empty((11, 70), np.float32), np.empty((11, 70), np.float32)
-    panel_cosines(rows.numpy(), panels, one_byte, 0, 70)
-    panel_cosines(rows.numpy(), bfloat16_panels, two_bytes, 0, 70)
+    panel_cosines(rows.numpy(), panels, one_byte, 0, 70, eights=eights)
+    panel_cosines(rows.numpy(), bfloat16_panels, two_bytes, 0, 70, eights=eights)
     assert np.array_equal(one_byte, two_bytes)
     torch.testing.assert_close(torch.from_numpy(one_byte), rows @ held.float().T, atol=1e-6, rtol=0)

@@ -262,8 +262,8 @@ def _signatures(template: str) -> list[str]:
 def _kernel() -> Callable[..., Any] | None:
     """The compiled product, or None without numba. Only fused multiply-adds are allowed
     (fastmath's "contract"), not reassociation: each sum keeps the order of the dimensions
-    in every compiled variant, which is what makes eight rows, four or two, any dtype's panels
-    and any split of the anchors give the same bits."""
+    in every compiled variant, which is what makes groups of eight rows, three, four or two,
+    any dtype's panels and any split of the anchors give the same bits."""
     global _two_rows, _three_rows, _four_rows, _eight_rows, as_float32, carray, stack_float32
     try:
         from models import numba_intrinsics

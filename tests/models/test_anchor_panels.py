@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from models import anchor_panels
+from models import anchor_panels, numba_jit
 from models.anchor_formats import hold, int8_grid
 from models.anchor_panels import WIDTH, Panels, panel_cosines, panels_of
 from models.cpu_products import anchor_cosines, prepare_anchors
@@ -108,3 +108,25 @@ def test_anchors_on_the_int8_grid_are_read_at_a_byte_a_value_with_the_same_bits(
     panel_cosines(rows.numpy(), bfloat16_panels, two_bytes, 0, 70, eights=eights)
     assert np.array_equal(one_byte, two_bytes)
     torch.testing.assert_close(torch.from_numpy(one_byte), rows @ held.float().T, atol=1e-6, rtol=0)
+
+
+def test_rows_go_by_eights_only_where_the_compiled_code_has_avx512(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The grouping follows the features numba compiles for, a user's NUMBA_CPU_FEATURES
+    included, not the host's alone."""
+    import numba
+    from llvmlite import binding
+
+    host = bool(binding.get_host_cpu_features().get("avx512f", False))
+    numba_jit.avx512.cache_clear()
+    try:
+        assert numba_jit.avx512() is host
+        numba_jit.avx512.cache_clear()
+        monkeypatch.setattr(numba.config, "CPU_FEATURES", "+avx2,+fma,-avx512f")
+        assert numba_jit.avx512() is False
+        numba_jit.avx512.cache_clear()
+        monkeypatch.setattr(numba.config, "CPU_FEATURES", "+avx2,+avx512f,-prefer-256-bit")
+        assert numba_jit.avx512() is True
+    finally:
+        numba_jit.avx512.cache_clear()

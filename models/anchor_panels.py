@@ -13,7 +13,7 @@ at its end), so the kernel runs along the anchors: per dimension it loads 32 anc
 and adds them, times each of eight rows (then four or two, for the rest), to 8 x 32
 accumulators held in registers (models/numba_intrinsics.py). That is for AVX-512's 32 vector
 registers; AVX2 has 16, which eight rows overflow, so there rows go by threes (12 registers),
-then twos: 3 x 32 ran 1.7-2.2x as fast as the eights on one core, 57 GFLOP/s, where 6 x 16,
+then twos: 3 x 32 ran 1.96-2.16x as fast as the eights on one core, 56-57 GFLOP/s, where 6 x 16,
 4 x 16, 5 x 16 and 12 x 8 ran 1.1-2.1x (int8 anchors, 120 rows at M = 100k and 96 at 10k,
 AMD EPYC Zen 3, a script, load 1.0-1.5). The kernel it replaced ran along
 the dimensions, four anchors by two rows, and added up each output's vector lanes at its end.

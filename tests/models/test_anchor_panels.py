@@ -34,7 +34,7 @@ def test_panels_hold_the_anchors_thirty_two_at_a_time_padded_with_zeros(
     assert not panels[2, :, 70 - 2 * WIDTH :].any()
 
 
-# By twos; eights and twos, eights and fours; threes and twos, threes and fours.
+# By twos; eights and twos, eights and fours; threes, threes and twos.
 @pytest.mark.parametrize("count", [1, 2, 9, 13])
 @pytest.mark.parametrize("eights", [True, False])
 def test_each_sum_runs_over_the_dimensions_in_order(count: int, eights: bool) -> None:

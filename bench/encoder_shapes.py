@@ -13,7 +13,8 @@ prints sentences/s over the first and the last sixth of the time and over all of
 to torch fp32 in the same round, and how much the process grew (RSS). Rounds alternate the
 configurations (a b c a b c ...), so a neighbour's load weighs on all alike. The configurations
 are torch fp32 and each installed backend of --backends (default: `onnx-int8` and the OpenVINO
-ones), each OpenVINO one also with its passes not padded (`+exact`).
+ones), each OpenVINO one also with its passes not padded and its single texts in the dynamic
+graph (`+exact`).
 
 Sweep (--sweep): every (rows, tokens) shape a pass can take under the token budget, in a random
 order, twice, by `openvino-int8-static` padded and not: the second sweep runs as fast as a warm
@@ -45,7 +46,7 @@ from models.encoder import Encoder
 
 REQUEST_SIZES = (1, 1, 2, 3, 4, 6, 8, 8, 12, 16, 24, 32, 64)  # texts per request, drawn evenly
 DEFAULT_BACKENDS = (Backend.ONNX_INT8, *OPENVINO)  # beside torch fp32, the baseline
-EXACT = "+exact"  # a configuration suffix: OpenVINO passes not padded
+EXACT = "+exact"  # a configuration suffix: OpenVINO passes not padded, no static graphs
 WARM_SHAPES = 200
 WINDOWS = 6
 
@@ -55,9 +56,10 @@ def _rss_mb() -> float:
 
 
 def _encoder(config: str) -> Encoder:
-    settings = Settings()
+    exact = config.endswith(EXACT)
+    settings = Settings(openvino_single_lengths=[]) if exact else Settings()
     encoder = encoder_for(settings, None, None, Backend(config.removesuffix(EXACT)))
-    if config.endswith(EXACT):
+    if exact:
         encoder.runner.length_multiple = 1  # type: ignore[union-attr]
     return encoder
 

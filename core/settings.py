@@ -99,6 +99,13 @@ class Settings(BaseSettings):
     max_batch_tokens: int | None = Field(
         default=None, ge=1, description="padded tokens per forward; None: by device"
     )
+    # The OpenVINO backends run one text of up to each of these many tokens in a graph compiled
+    # for that shape (models/openvino_runner.py): one short text at a time ran 1.20-1.26x as
+    # fast, and each length costs 23-75 MB of memory by backend (docs/configuration.md). 16
+    # and 32 cover most queries and sentences; comma-separated, "" turns it off.
+    openvino_single_lengths: Annotated[list[Annotated[int, Field(ge=1, le=512)]], NoDecode] = Field(
+        default=[16, 32], max_length=8
+    )
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After sent with a 429")
     # JSON bodies nested deeper than this are a 422; pydantic and Python's own recursion never
     # see them. The deepest request the API defines (a document's metadata) is 4 levels.
@@ -276,10 +283,11 @@ class Settings(BaseSettings):
         # As _blank_is_none: compose passes an unset variable through as "".
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("redis_sentinels", mode="before")
+    @field_validator("redis_sentinels", "openvino_single_lengths", mode="before")
     @classmethod
-    def _split_sentinels(cls, value: object) -> object:
-        # The environment gives one string, "h1:26379,h2:26379"; a JSON list works too.
+    def _split_commas(cls, value: object) -> object:
+        # The environment gives one string, "h1:26379,h2:26379" or "16,32"; a JSON list works
+        # too, and an empty string is the empty list.
         if isinstance(value, str):
             text = value.strip()
             if text.startswith("["):

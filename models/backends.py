@@ -16,7 +16,7 @@ import importlib.util
 import json
 import shutil
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
@@ -125,8 +125,15 @@ class _OnnxRunner:
         return self.session.run(None, {name: features[name] for name in self.inputs})[0]
 
 
-def load_runner(backend: Backend, directory: Path, threads: int | None = None) -> Runner:
-    """The runner of the variant in `directory` (a folder that `ensure_variant` returned)."""
+def load_runner(
+    backend: Backend,
+    directory: Path,
+    threads: int | None = None,
+    single_lengths: Sequence[int] = (),
+) -> Runner:
+    """The runner of the variant in `directory` (a folder that `ensure_variant` returned).
+    OpenVINO's runs single texts of up to each of `single_lengths` tokens in a graph compiled
+    for that shape (models/openvino_runner.py)."""
     require(backend)
     graph = directory / _GRAPH_FILE[backend]
     if backend in OPENVINO:
@@ -135,6 +142,7 @@ def load_runner(backend: Backend, directory: Path, threads: int | None = None) -
             threads,
             int8_weights=backend == Backend.OPENVINO_INT8,
             bf16=runs_in_bf16(int8_graph=backend != Backend.OPENVINO),
+            single_lengths=single_lengths,
         )
     return _OnnxRunner(graph, threads)
 

@@ -5,6 +5,7 @@ import contextlib
 import hashlib
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -211,14 +212,17 @@ def load_encoder(
     export_cache: Path | None = None,
     threads: int | None = None,
     calibration: Path | None = None,
+    single_lengths: Sequence[int] = (),
 ) -> Encoder:
     """Load a sentence-transformers directory (default: the packaged all-MiniLM-L6-v2).
 
     For an exported backend, the variant comes from `variants` (a bundle's prebuilt folder)
     when it holds one for this checkpoint, else from `export_cache`, exported there once;
     `threads` sizes its runtime's thread pool (None: the runtime's default); `calibration`,
-    a file of sentences, is what `openvino-int8-static` calibrates on when exported. Exported
-    backends run on the CPU. `batch_tokens` None: the device's default budget.
+    a file of sentences, is what `openvino-int8-static` calibrates on when exported;
+    `single_lengths`, the token counts up to which OpenVINO runs a single text in a graph of
+    its own shape (models/openvino_runner.py). Exported backends run on the CPU.
+    `batch_tokens` None: the device's default budget.
     """
     backend = Backend(backend)
     require(backend)
@@ -248,7 +252,7 @@ def load_encoder(
         folder = ensure_variant(
             model, checksum, backend, prebuilt=variants, cache=cache, calibration=calibration
         )
-        runner = load_runner(backend, folder, threads)
+        runner = load_runner(backend, folder, threads, single_lengths)
     return Encoder(
         model=model,
         path=model_path,

@@ -101,6 +101,23 @@ def test_auto_measures_again_on_a_cpu_with_other_instruction_sets(
     assert len(list(settings.cache.backend_choices.iterdir())) == 2
 
 
+def test_auto_measures_again_when_single_texts_run_in_other_graphs(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Half of what `auto` times is single texts, whose speed the static graphs change.
+    calls = []
+
+    def measured(*args: object, **kwargs: object) -> dict:
+        calls.append(args)
+        return {"backend": "onnx", "speedup": {}}
+
+    monkeypatch.setattr(choice, "measure_backends", measured)
+    dynamic = settings.model_copy(update={"openvino_single_lengths": []})
+    for each in (settings, dynamic, settings, dynamic):
+        assert choice.choose_backend(each, None, None) == Backend.ONNX
+    assert len(calls) == 2
+
+
 def test_auto_without_dev_sets_keeps_torch(tmp_path: Path) -> None:
     bare = Settings(var_dir=tmp_path / "var", data_dir=tmp_path, encoder_backend="auto")
     assert choice.choose_backend(bare, None, None) == Backend.TORCH

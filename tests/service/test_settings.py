@@ -22,3 +22,22 @@ def test_out_of_range_lambda_is_refused(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("RANKSERVE_LAMBDA_INF", "1.5")
     with pytest.raises(ValueError, match="lambda_inf"):
         Settings()
+
+
+@pytest.mark.parametrize(
+    ("value", "lengths"), [("16,32", [16, 32]), (" 8 , 24 ", [8, 24]), ("[16]", [16]), ("", [])]
+)
+def test_openvino_single_lengths_are_comma_separated(
+    monkeypatch: pytest.MonkeyPatch, value: str, lengths: list[int]
+) -> None:
+    monkeypatch.setenv("RANKSERVE_OPENVINO_SINGLE_LENGTHS", value)
+    assert Settings().openvino_single_lengths == lengths
+
+
+@pytest.mark.parametrize("value", ["0", "16,x", "600"])
+def test_a_single_length_out_of_range_is_refused(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("RANKSERVE_OPENVINO_SINGLE_LENGTHS", value)
+    with pytest.raises(ValueError, match="openvino_single_lengths"):
+        Settings()

@@ -1,0 +1,129 @@
+"""Single texts in OpenVINO's static graphs against its dynamic graph: texts/s and memory.
+
+A replica encodes one text at a time whenever requests do not queue (a query per /search, say).
+An OpenVINO backend runs such a text of up to one of RANKSERVE_OPENVINO_SINGLE_LENGTHS tokens
+in a graph compiled for that one shape (models/openvino_runner.py); without them, in its
+dynamic graph, as every other pass. For each installed OpenVINO backend this loads the encoder
+both ways and, beside torch fp32, encodes short texts (one Wikipedia sentence) and long ones
+(eight, which exceed the lengths and so measure what the static graphs cost the rest) one at a
+time, the three encoders in turn text by text, so that a change of load hits them alike: each
+text's time goes to its encoder. Each encoder first runs every text once, untimed, so that the
+dynamic graph has compiled every shape. Prints texts/s per round and the ratios of the totals.
+Then each configuration's resident memory in a fresh process (the encoder loaded and a few
+texts encoded), since memory is what the static graphs cost. Memory: the model three times
+(about 700-900 MB in all).
+
+    python -m bench.single_texts [--rounds R] [--texts N] [--backends B ...] [--lengths L ...]
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+from bench.memory import MB, rss_bytes
+from bench.timing import load_average, say
+from core.backend_choice import encoder_for
+from core.settings import DATA_DIR, Settings
+from models.anchors import read_sentences
+from models.backends import OPENVINO, Backend, available
+from models.encoder import Encoder
+
+LONG_GROUP = 8  # sentences per long text, as bench.encoder's
+
+
+def _texts(count: int) -> dict[str, list[str]]:
+    sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")
+    long = [
+        " ".join(sentences[i : i + LONG_GROUP]) for i in range(0, LONG_GROUP * count, LONG_GROUP)
+    ]
+    return {"short": sentences[:count], "long": long}
+
+
+def _interleaved(encoders: dict[str, Encoder], texts: list[str]) -> dict[str, float]:
+    """Texts/s of each encoder over one pass through `texts`, the encoders in turn per text."""
+    spent = dict.fromkeys(encoders, 0.0)
+    for text in texts:
+        for name, encoder in encoders.items():
+            start = time.perf_counter()
+            encoder.encode([text])
+            spent[name] += time.perf_counter() - start
+    return {name: len(texts) / seconds for name, seconds in spent.items()}
+
+
+def _resident_mb(backend: str, lengths: list[int]) -> float:
+    command = [sys.executable, "-m", "bench.single_texts", "--child", backend, json.dumps(lengths)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def _child(backend: str, lengths: list[int]) -> None:
+    settings = Settings(openvino_single_lengths=lengths)
+    encoder = encoder_for(settings, None, None, Backend(backend))
+    for texts in _texts(8).values():
+        for text in texts:
+            encoder.encode([text])
+    print(rss_bytes() / MB)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="passes through the texts")
+    parser.add_argument("--texts", type=int, default=128, help="distinct texts per kind")
+    parser.add_argument("--backends", nargs="+", default=[b.value for b in OPENVINO])
+    parser.add_argument("--lengths", type=int, nargs="+", default=None, help="the settings'")
+    parser.add_argument("--child", nargs=2, metavar=("BACKEND", "LENGTHS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args.child[0], json.loads(args.child[1]))
+        return
+
+    settings = Settings()
+    lengths = args.lengths or settings.openvino_single_lengths or [16, 32]
+    backends = [Backend(name) for name in args.backends if available(Backend(name))]
+    say(f"load average {load_average()} at start; static graphs for {lengths} tokens")
+    kinds = _texts(args.texts)
+    torch_fp32 = encoder_for(settings, None, None, Backend.TORCH)
+    for kind, texts in kinds.items():
+        counts = torch_fp32.token_counts(texts)
+        held = sum(count <= max(lengths) for count in counts)
+        say(
+            f"{kind} texts: {sum(counts) / len(counts):.1f} tokens on average, {held} of "
+            f"{len(texts)} within {max(lengths)}"
+        )
+    for backend in backends:
+        encoders = {
+            "torch fp32": torch_fp32,
+            "dynamic": encoder_for(Settings(openvino_single_lengths=[]), None, None, backend),
+            "static": encoder_for(Settings(openvino_single_lengths=lengths), None, None, backend),
+        }
+        say(f"\n{backend.value}: texts/s per round (torch fp32, dynamic, static)")
+        for kind, texts in kinds.items():
+            _interleaved(encoders, texts)  # every shape compiled, every cache warm
+            totals = dict.fromkeys(encoders, 0.0)
+            for round_ in range(1, args.rounds + 1):
+                speeds = _interleaved(encoders, texts)
+                for name, speed in speeds.items():
+                    totals[name] += len(texts) / speed
+                say(
+                    f"  {kind:<5} round {round_}: "
+                    + ", ".join(f"{s:7.1f}" for s in speeds.values())
+                    + f"  load {load_average()}"
+                )
+            fp32, dynamic, static = (len(texts) * args.rounds / totals[n] for n in encoders)
+            say(
+                f"  {kind:<5} all: static {static / dynamic:.2f}x dynamic; x torch fp32: "
+                f"static {static / fp32:.2f}x, dynamic {dynamic / fp32:.2f}x"
+            )
+        without = _resident_mb(backend.value, [])
+        with_static = _resident_mb(backend.value, lengths)
+        say(
+            f"  resident memory: {without:.0f} MB dynamic only, {with_static:.0f} MB with the "
+            f"static graphs (+{with_static - without:.0f} MB)  load {load_average()}"
+        )
+    say(f"\nload average {load_average()} at the end")
+
+
+if __name__ == "__main__":
+    main()

@@ -86,7 +86,8 @@ def main() -> None:
     kinds = _texts(args.texts)
     torch_fp32 = encoder_for(settings, None, None, Backend.TORCH)
     for kind, texts in kinds.items():
-        counts = torch_fp32.token_counts(texts)
+        limit = torch_fp32.max_seq_length
+        counts = [min(count, limit) for count in torch_fp32.token_counts(texts)]
         held = sum(count <= max(lengths) for count in counts)
         say(
             f"{kind} texts: {sum(counts) / len(counts):.1f} tokens on average, {held} of "

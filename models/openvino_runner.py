@@ -80,8 +80,8 @@ class OpenVinoRunner:
         # A single text of at most one of `single_lengths` tokens runs, padded to the nearest,
         # in a graph compiled for that one shape. A dynamic graph redoes shape inference and
         # re-allocates at every change of shape, which single texts of varied lengths meet on
-        # nearly every pass; a static one does neither. One short text at a time ran 1.20-1.26x
-        # as fast, for 23-75 MB per length by backend (bench.single_texts, AMD Zen 4).
+        # nearly every pass; a static one does neither. One short text at a time ran 1.20-1.29x
+        # as fast, for 20-75 MB per length by backend (bench.single_texts, AMD Zen 4).
         self.single_lengths = sorted(set(single_lengths))
         self.single_requests: list[ov.InferRequest] = []
         for length in self.single_lengths:

@@ -162,6 +162,7 @@ class Info(TypedDict):
     model_version: str
     dim: int
     device: str
+    encoder_backend: str  # what runs the encoder: the setting, or what `auto` chose
     anchor_count: int
     lambda_inf: float
     limits: dict[str, Any]  # every request limit; GET /info in docs/api.md lists them

@@ -230,6 +230,9 @@ class InfoResponse(BaseModel):
     model_version: str
     dim: int
     device: str
+    encoder_backend: str = Field(
+        description="What runs the encoder: RANKSERVE_ENCODER_BACKEND, or what `auto` chose"
+    )
     anchor_count: int
     lambda_inf: float
     limits: LimitsInfo

@@ -33,6 +33,7 @@ def build_router(settings: Settings) -> APIRouter:
             model_version=engine.version,
             dim=engine.dim,
             device=str(engine.anchors.device),
+            encoder_backend=engine.encoder.backend.value,
             anchor_count=engine.anchors.count,
             lambda_inf=current.lambda_inf,
             limits=LimitsInfo(

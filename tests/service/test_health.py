@@ -29,6 +29,7 @@ def test_info_publishes_the_model_and_every_limit(server: Server, encoder: Encod
     assert info["model_version"] == default_version(encoder)
     assert info["dim"] == encoder.dim
     assert info["device"] == "cpu"
+    assert info["encoder_backend"] == encoder.backend.value == "torch"
     assert info["anchor_count"] == settings.anchor_count
     assert info["lambda_inf"] == settings.lambda_inf
     assert info["limits"] == {

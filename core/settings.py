@@ -100,9 +100,7 @@ class Settings(BaseSettings):
         default=None, ge=1, description="padded tokens per forward; None: by device"
     )
     # The OpenVINO backends run one text of up to each of these many tokens in a graph compiled
-    # for that shape (models/openvino_runner.py): one short text at a time ran 1.20-1.29x as
-    # fast, and each length costs 20-75 MB of memory by backend (docs/configuration.md). 16
-    # and 32 cover most queries and sentences; comma-separated, "" turns it off.
+    # for that shape: faster, for memory (models/openvino_runner.py, docs/configuration.md).
     openvino_single_lengths: Annotated[list[Annotated[int, Field(ge=1, le=512)]], NoDecode] = Field(
         default=[16, 32], max_length=8
     )

@@ -15,7 +15,8 @@ accumulators held in registers (models/numba_intrinsics.py). That is for AVX-512
 registers; AVX2 has 16, which eight rows overflow, so there rows go by threes (12 registers),
 then twos: 3 x 32 ran 1.96-2.16x as fast as the eights on one core, 56-57 GFLOP/s, where 6 x 16,
 4 x 16, 5 x 16 and 12 x 8 ran 1.1-2.1x (int8 anchors, 120 rows at M = 100k and 96 at 10k,
-AMD EPYC Zen 3, a script, load 1.0-1.5). The kernel it replaced ran along
+AMD EPYC Zen 3, a script, load 1.0-1.5). With AVX-512 the eights ran 1.17-1.19x as fast as
+the threes on the same rows (AMD EPYC Zen 4, load 0.9). The kernel it replaced ran along
 the dimensions, four anchors by two rows, and added up each output's vector lanes at its end.
 Against it, on one core, AMD EPYC Zen 4 (a script alternating the two, load 0.3-0.5),
 bfloat16 anchors at M = 10k: 11 rows (what an exact search verifies) 1.15 ms against 1.64, one

@@ -64,16 +64,23 @@ def test_torch_bf16_on_a_cpu_that_emulates_bf16_is_warned_of(
     assert len(warned) == (0 if has_bf16 else 1)
 
 
-def test_auto_measures_once_then_reads_its_cache(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls = []
+@pytest.fixture
+def measurements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
+    """`auto`'s measurements, replaced by a pick of onnx; the list of calls made."""
+    calls: list[tuple[object, ...]] = []
 
     def measured(*args: object, **kwargs: object) -> dict:
         calls.append(args)
         return {"backend": "onnx", "speedup": {"torch": 1.0, "onnx": 2.5}}
 
     monkeypatch.setattr(choice, "measure_backends", measured)
+    return calls
+
+
+def test_auto_measures_once_then_reads_its_cache(
+    settings: Settings, measurements: list[tuple[object, ...]]
+) -> None:
+    calls = measurements
     assert choice.choose_backend(settings, None, None) == Backend.ONNX
     assert choice.choose_backend(settings, None, None) == Backend.ONNX
     assert len(calls) == 1
@@ -102,16 +109,10 @@ def test_auto_measures_again_on_a_cpu_with_other_instruction_sets(
 
 
 def test_auto_measures_again_when_single_texts_run_in_other_graphs(
-    settings: Settings, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, measurements: list[tuple[object, ...]]
 ) -> None:
     # Half of what `auto` times is single texts, whose speed the static graphs change.
-    calls = []
-
-    def measured(*args: object, **kwargs: object) -> dict:
-        calls.append(args)
-        return {"backend": "onnx", "speedup": {}}
-
-    monkeypatch.setattr(choice, "measure_backends", measured)
+    calls = measurements
     dynamic = settings.model_copy(update={"openvino_single_lengths": []})
     for each in (settings, dynamic, settings, dynamic):
         assert choice.choose_backend(each, None, None) == Backend.ONNX

@@ -118,7 +118,10 @@ def main() -> None:
         httpx.Client(base_url=service.url, timeout=60) as http,
     ):
         info = http.get("/info").json()
-        say(f"{info['model_name']}, {len(documents)} documents, {info['device']}")
+        say(
+            f"{info['model_name']} ({info['encoder_backend']}), {len(documents)} documents, "
+            f"{info['device']}"
+        )
         idle = measure(http, queries, "idle")
         stop = threading.Event()
         loaders = [

@@ -9,6 +9,7 @@ kind: p50/p99 per query of
 - Eq. 7 exact + codes: the same hits and scores, with a RankStore (RANKSERVE_PRECOMPUTED_RANKS,
   --bits) ruling out the candidates whose codes show they cannot reach the top_k, so only the
   others get rank vectors (the served default: 8-bit codes, RANKSERVE_PRECOMPUTED_RANKS_EXACT);
+  with --bits 16, whole ranks, the candidates with codes are scored from them instead, exactly;
 - Eq. 7 precomputed: the same candidates scored from the store's codes (..._EXACT=false), with
   its top-10 overlap against the exact path.
 The four are timed query by query in turn, so a change of machine load hits them alike, each
@@ -112,7 +113,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--anchors", type=int, default=10_000)
     parser.add_argument("--nprobe", type=int, default=32)
-    parser.add_argument("--bits", type=int, choices=(8, 4), default=8)
+    parser.add_argument("--bits", type=int, choices=(16, 8, 4), default=8)
     parser.add_argument("--threads", type=int, default=None, help="torch threads; default: own")
     parser.add_argument(
         "--anchor-dtype", choices=FORMATS,

@@ -64,7 +64,7 @@ def compile_kernel(
 
 
 def compile_kernels(
-    *kernels: tuple[Callable[..., Any], str], fastmath: bool = False
+    *kernels: tuple[Callable[..., Any], str | list[str]], fastmath: bool = False
 ) -> tuple[Callable[..., Any], ...] | None:
     """Each (function, signature) compiled as by compile_kernel; None without numba."""
     compiled = [compile_kernel(f, signature, fastmath=fastmath) for f, signature in kernels]

@@ -1,4 +1,4 @@
-"""Rank vectors quantised to 8 or 4 bits per anchor, and their similarity to an exact z.
+"""Rank vectors stored at 16, 8 or 4 bits per anchor, and their similarity to an exact z.
 
 A document's ranks r_k in 0..M-1 (Eq. 2) become bucket codes c_k = floor(r_k * L / M), L = 2^bits
 levels, each bucket holding M / L consecutive ranks. Decoding puts every rank at its bucket's
@@ -18,6 +18,12 @@ M / (2L) + 1/2 from its bucket's centre, so by Hoelder's inequality no similarit
 query is off by more than s (M / (2L) + 1/2) |z_q|_1 before the variance correction, about
 3 / (2L) (6e-3 at 8 bits). Exact search uses it to rank only the candidates the codes cannot
 rule out (models/rescoring.py).
+
+16-bit codes of at most 65,536 anchors are the ranks themselves (one rank per bucket, L = M):
+nothing is lost, and a similarity from them differs from z_q . z_d of the rank vectors computed
+anew only by the order of its float32 sums (`lossless`), so a search may score from them as it
+would from the rank vectors: at M = 10k, 20 KB per document instead of a product with the
+anchor matrix and a sort per candidate. Past 65,536 anchors they are buckets as above.
 
 4-bit codes are packed two to a byte as columns k and k + ceil(M/2) (low and high nibble), so
 the dot product reads each byte once and needs no interleaving. The dot products run in a
@@ -42,7 +48,7 @@ import torch
 from models.numba_jit import compile_kernels
 from models.ranking import normalisation
 
-RankBits = Literal[8, 4]
+RankBits = Literal[16, 8, 4]
 
 # float32 sums over M terms, in the codes' kernel and in the exact product, each round a
 # similarity by far less than this; error_bound adds it so the bound also holds as computed.
@@ -55,13 +61,19 @@ class RankCodec:
     bits: RankBits
 
     def __post_init__(self) -> None:
-        if self.bits not in (8, 4):
-            raise ValueError("rank codes have 8 or 4 bits")
+        if self.bits not in (16, 8, 4):
+            raise ValueError("rank codes have 16, 8 or 4 bits")
         normalisation(self.m)  # refuses fewer than two anchors
 
     @property
     def levels(self) -> int:
-        return 1 << self.bits
+        """Buckets of ranks: 2^bits, or M when each rank fits a bucket of its own."""
+        return min(1 << self.bits, self.m) if self.bits == 16 else 1 << self.bits
+
+    @property
+    def lossless(self) -> bool:
+        """Whether the codes are the ranks themselves (module docstring)."""
+        return self.levels == self.m
 
     @property
     def half(self) -> int:
@@ -70,13 +82,17 @@ class RankCodec:
 
     @property
     def row_bytes(self) -> int:
-        return self.m if self.bits == 8 else self.half
+        return {16: 2 * self.m, 8: self.m, 4: self.half}[self.bits]
 
     def encode(self, ranks: np.ndarray) -> np.ndarray:
-        """(n, row_bytes) uint8 codes of integer ranks (n, m), 0..m-1 per row."""
+        """(n, row_bytes) uint8 codes of integer ranks (n, m), 0..m-1 per row; 16-bit codes
+        are native-endian uint16 in those bytes."""
         if ranks.ndim != 2 or ranks.shape[1] != self.m:
             raise ValueError(f"expected ranks of {self.m} anchors")
-        codes = (ranks.astype(np.int64) * self.levels // self.m).astype(np.uint8)  # (n, m)
+        wide = ranks.astype(np.int64) * self.levels // self.m  # (n, m)
+        if self.bits == 16:
+            return np.ascontiguousarray(wide.astype(np.uint16)).view(np.uint8)  # (n, 2m)
+        codes = wide.astype(np.uint8)  # (n, m)
         if self.bits == 8:
             return codes
         packed = np.zeros((len(codes), self.half), dtype=np.uint8)  # (n, half)
@@ -86,7 +102,7 @@ class RankCodec:
 
     def decode_ranks(self, packed: np.ndarray) -> np.ndarray:
         """The bucket-centre ranks (n, m) float32 that the codes stand for (for tests)."""
-        codes = packed if self.bits == 8 else self._unpack(packed)  # (n, m)
+        codes = self._codes(packed)  # (n, m)
         width = self.m / self.levels
         return ((codes.astype(np.float64) + 0.5) * width - 0.5).astype(np.float32)
 
@@ -101,12 +117,19 @@ class RankCodec:
         """`similarity` of the codes in rows `rows` (n,) of `matrix` (capacity, row_bytes), read
         where they lie: a RankStore's rows are never copied (models/rank_store.py)."""
         scale, _ = normalisation(self.m)
-        factor = scale * (self.m / self.levels) / (1.0 - 1.0 / (self.levels * self.levels))
+        # Bucket centres shrink the ranks' variance by (1 - 1/L^2); ranks themselves do not.
+        shrink = 1.0 if self.lossless else 1.0 - 1.0 / (self.levels * self.levels)
+        factor = scale * (self.m / self.levels) / shrink
         query = query_rank.detach().to("cpu", torch.float32).numpy()  # (m,)
         positions = np.ascontiguousarray(rows, dtype=np.int64)  # (n,)
         centre = (self.levels - 1) / 2
-        if self.bits == 8:
-            dot = _dot8(matrix, positions, np.ascontiguousarray(query), centre)  # (n,)
+        if self.bits == 16:
+            # Summed in float64: terms of |c - centre| up to 32,768 would leave float32 sums
+            # about 1e-5 off at M = 10k, as much as error_bound allows.
+            wide = matrix.view(np.uint16)  # (capacity, m), the same memory
+            dot = _dot(wide, positions, query.astype(np.float64), centre)  # (n,)
+        elif self.bits == 8:
+            dot = _dot(matrix, positions, np.ascontiguousarray(query), centre)  # (n,)
         else:
             high = np.zeros(self.half, dtype=np.float32)  # (half,), 0 past column m
             high[: self.m - self.half] = query[self.half :]
@@ -120,13 +143,22 @@ class RankCodec:
         document and any exact normalised query rank vector z_q (m,). Ordinal ranks are a
         permutation of 0..m-1, so |z_q|_1 = s * sum_r |r - (m-1)/2| = s * floor(m^2 / 4) for
         every query: one number per codec, where summing each query's vector cost a search
-        0.1 ms right after faiss's scan had emptied the caches (AMD EPYC Zen 5)."""
+        0.1 ms right after faiss's scan had emptied the caches (AMD EPYC Zen 5). Lossless
+        codes are off by the rounding of float32 sums alone."""
+        if self.lossless:
+            return _ROUNDING
         scale, _ = normalisation(self.m)
         offset = self.m / (2 * self.levels) + 0.5  # largest |rank - its bucket's centre|
         centred = scale * offset * scale * (self.m * self.m // 4)  # Hoelder
         # similarity() divides the centred sum by (1 - 1/L^2); that sum is at most 1 + centred.
         correction = (1.0 + centred) / (self.levels * self.levels - 1)
         return centred + correction + _ROUNDING
+
+    def _codes(self, packed: np.ndarray) -> np.ndarray:
+        """(n, m) bucket codes of stored rows (n, row_bytes)."""
+        if self.bits == 16:
+            return np.ascontiguousarray(packed).view(np.uint16)
+        return packed if self.bits == 8 else self._unpack(packed)
 
     def _unpack(self, packed: np.ndarray) -> np.ndarray:
         codes = np.empty((len(packed), self.m), dtype=np.uint8)  # (n, m)
@@ -136,13 +168,15 @@ class RankCodec:
 
 
 def expected_error(m: int, bits: RankBits) -> float:
-    """The rounding noise's standard deviation per similarity, about 1 / (L sqrt(M))."""
-    return 1.0 / ((1 << bits) * math.sqrt(m))
+    """The rounding noise's standard deviation per similarity, about 1 / (L sqrt(M)); none
+    for lossless codes."""
+    codec = RankCodec(m, bits)
+    return 0.0 if codec.lossless else 1.0 / (codec.levels * math.sqrt(m))
 
 
-def _dot8_py(codes: np.ndarray, rows: np.ndarray, query: np.ndarray, centre: float) -> np.ndarray:
-    """(n,) sums over k of query[k] * (codes[rows[i], k] - centre), four rows side by side
-    (module docstring)."""
+def _dot_py(codes: np.ndarray, rows: np.ndarray, query: np.ndarray, centre: float) -> np.ndarray:
+    """(n,) sums over k of query[k] * (codes[rows[i], k] - centre), codes of 8 or 16 bits,
+    four rows side by side (module docstring)."""
     n = rows.shape[0]
     m = codes.shape[1]
     out = np.empty(n, dtype=np.float32)
@@ -173,7 +207,7 @@ def _dot8_py(codes: np.ndarray, rows: np.ndarray, query: np.ndarray, centre: flo
 def _dot4_py(
     codes: np.ndarray, rows: np.ndarray, low: np.ndarray, high: np.ndarray, centre: float
 ) -> np.ndarray:
-    """(n,) as _dot8_py, on nibble-packed codes: low nibbles against `low`, high ones `high`."""
+    """(n,) as _dot_py, on nibble-packed codes: low nibbles against `low`, high ones `high`."""
     n = rows.shape[0]
     half = codes.shape[1]
     out = np.empty(n, dtype=np.float32)
@@ -211,13 +245,20 @@ def _dot4_py(
 def _kernels() -> tuple[Callable[..., Any], ...] | None:
     # fastmath lets the sums vectorise (reassociated): float32 over M terms of centred codes.
     return compile_kernels(
-        (_dot8_py, "float32[:](uint8[:, ::1], int64[::1], float32[::1], float64)"),
+        (
+            _dot_py,
+            [
+                "float32[:](uint8[:, ::1], int64[::1], float32[::1], float64)",
+                # A float64 query makes every sum float64 (numba unifies the accumulators).
+                "float32[:](uint16[:, ::1], int64[::1], float64[::1], float64)",
+            ],
+        ),
         (_dot4_py, "float32[:](uint8[:, ::1], int64[::1], float32[::1], float32[::1], float64)"),
         fastmath=True,
     )
 
 
-def _dot8(codes: np.ndarray, rows: np.ndarray, query: np.ndarray, centre: float) -> np.ndarray:
+def _dot(codes: np.ndarray, rows: np.ndarray, query: np.ndarray, centre: float) -> np.ndarray:
     kernels = _kernels()
     if kernels is not None:
         return kernels[0](codes, rows, query, centre)

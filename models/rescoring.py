@@ -4,15 +4,16 @@ Reference: Seonwoo et al., "Ranking-Enhanced Unsupervised Sentence Representatio
 (ACL 2023), Eq. 7: sim = lambda_inf * z_q.z_d + (1 - lambda_inf) * cos(q, d), with z the
 normalised rank vectors of Eq. 2-3 against the anchor matrix.
 
-Every returned z_q.z_d is exact (the candidate's rank vector computed now from its embedding)
-unless the caller asks for approximate scores. StoredRanks reads estimates of z_q.z_d from the
-quantised rank codes (models/rank_codes.py) of some candidates, one dot product each: an exact
-search uses them only to bound each candidate's similarity (RankCodec.error_bound) and computes
-rank vectors for just the candidates those bounds cannot rule out, so its hits and scores are
-the exact ones; an approximate search scores the candidates that have codes from them. Either
-reads the codes of the top_k candidates by cosine first, then only of those that could still
-reach the lowest score those imply: reading a row costs more than its arithmetic, most of all
-a row no search has read for a while (docs/search.md, the rank store).
+Every returned z_q.z_d is exact (the candidate's rank vector computed now from its embedding, or
+read from lossless 16-bit codes, which hold its ranks) unless the caller asks for approximate
+scores. StoredRanks reads estimates of z_q.z_d from the rank codes (models/rank_codes.py) of
+some candidates, one dot product each: an exact search with quantised codes uses them only to
+bound each candidate's similarity (RankCodec.error_bound) and computes rank vectors for just the
+candidates those bounds cannot rule out, so its hits and scores are the exact ones; an
+approximate search, or one with lossless codes, scores the candidates that have codes from
+them. Either reads the codes of the top_k candidates by cosine first, then only of those that
+could still reach the lowest score those imply: reading a row costs more than its arithmetic,
+most of all a row no search has read for a while (docs/search.md, the rank store).
 
 Rank vectors are the cost (a (n, m) product with the anchors and a sort per row), and most
 candidates cannot reach the top_k: Spearman's rho is at most 1, so a candidate scores at most
@@ -117,9 +118,9 @@ def rescore(
     """The top_k of `candidates` by Eq. 7.
 
     Exact: the hits of scoring every candidate, with rank vectors computed only for those whose
-    score bound (module docstring) can still reach the top_k. With exact=False, candidates
-    with `stored` estimates are scored from them instead. Embeddings are read only for the
-    candidates that get rank vectors.
+    score bound (module docstring) can still reach the top_k. With exact=False or lossless
+    codes, candidates with `stored` estimates are scored from them instead. Embeddings are
+    read only for the candidates that get rank vectors.
     """
     if len(candidates) == 0:
         return empty_hits()
@@ -133,11 +134,12 @@ def rescore(
         highest = candidates.cosine_high[order]  # (n,) non-increasing
         bound = _bound_without_rank(highest, lambda_inf)  # (n,)
         return _rescore_exact(query_t, anchors, candidates, order, bound, lambda_inf, top_k)
-    if exact:
+    if exact and not stored.codec.lossless:
         return _rescore_verified(
             query_t, anchors, candidates, found, rho, stored, lambda_inf, top_k
         )
-    # Estimates cost nothing more: every candidate that has one is scored from it.
+    # Estimates cost nothing more: every candidate that has one is scored from it (lossless
+    # codes' estimates are the exact similarities, summed in another order).
     rank = torch.from_numpy(rho[found])  # (f,)
     score = blend(torch.from_numpy(cosine[found]), rank, lambda_inf)  # (f,)
     kept = top_hits(ids[found], score.numpy(), cosine[found], rank.numpy(), top_k)

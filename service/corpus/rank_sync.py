@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 _BACKFILL_CHUNK = 1024  # documents ranked per worker-thread call: about 0.1 s at M = 10k
 
-_BITS: dict[str, RankBits] = {"8bit": 8, "4bit": 4}
+_BITS: dict[str, RankBits] = {"16bit": 16, "8bit": 8, "4bit": 4}
 
 
 class RankStoreSync:

@@ -62,7 +62,7 @@ def test_quantised_rank_similarity_error_is_bounded(corpus, bits: int, bound: fl
 
 
 @pytest.mark.parametrize("m", [2, 7, 300, 1999])
-@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("bits", [16, 8, 4])
 def test_the_error_bound_holds_for_every_document(corpus, m: int, bits: int) -> None:
     docs, anchors, queries = corpus
     anchors = anchors[:m]
@@ -84,20 +84,26 @@ def test_the_error_bound_holds_for_every_document(corpus, m: int, bits: int) -> 
         assert bound <= 3 / (2 * codec.levels) + 3 / m + 2 / codec.levels**2
 
 
-@pytest.mark.parametrize("m", [2, 7, 300, 301])
-@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("m", [2, 7, 300, 301, 70_001])
+@pytest.mark.parametrize("bits", [16, 8, 4])
 def test_codes_stand_for_their_bucket_of_ranks(m: int, bits: int) -> None:
     codec = RankCodec(m, bits)  # type: ignore[arg-type]
     ranks = np.stack([np.random.default_rng(s).permutation(m) for s in range(3)])  # (3, m)
     packed = codec.encode(ranks)
-    assert packed.shape == (3, m if bits == 8 else (m + 1) // 2)
+    assert packed.shape == (3, {16: 2 * m, 8: m, 4: (m + 1) // 2}[bits])
     centres = codec.decode_ranks(packed)  # (3, m)
-    assert np.abs(centres - ranks).max() <= m / (1 << bits) / 2 + 0.5
+    levels = min(1 << bits, m) if bits == 16 else 1 << bits
+    assert codec.lossless == (levels == m)
+    if codec.lossless:  # 16 bits, at most 65,536 anchors: the ranks themselves
+        np.testing.assert_array_equal(centres, ranks)
+    # Half a bucket and half a rank, plus the float32 rounding of a centre.
+    assert np.abs(centres - ranks).max() <= m / levels / 2 + 0.5 + np.spacing(np.float32(m))
     # The dot product on codes equals the dot product with the decoded rank vectors, rescaled.
-    z = normalise_ranks(torch.from_numpy(ranks[:1].astype(np.float32)))[0]
-    decoded = normalise_ranks(torch.from_numpy(centres)) @ z
-    shrink = 1 - 1 / (1 << bits) ** 2
-    torch.testing.assert_close(codec.similarity(packed, z), decoded / shrink, atol=1e-5, rtol=0)
+    z = normalise_ranks(torch.from_numpy(ranks[:1].astype(np.float64)))[0]
+    decoded = normalise_ranks(torch.from_numpy(centres.astype(np.float64))) @ z
+    shrink = 1.0 if codec.lossless else 1 - 1 / levels**2
+    similarity = codec.similarity(packed, z.float()).double()
+    torch.testing.assert_close(similarity, decoded / shrink, atol=1e-5, rtol=0)
 
 
 def filled_index(docs: np.ndarray, store: RankStore | None) -> SearchIndex:
@@ -109,7 +115,7 @@ def filled_index(docs: np.ndarray, store: RankStore | None) -> SearchIndex:
     return index
 
 
-@pytest.mark.parametrize(("bits", "overlap"), [(8, 0.95), (4, 0.9)])
+@pytest.mark.parametrize(("bits", "overlap"), [(16, 1.0), (8, 0.95), (4, 0.9)])
 def test_top10_with_precomputed_ranks_agrees_with_the_exact_path(
     corpus, bits: int, overlap: float
 ) -> None:
@@ -127,7 +133,7 @@ def test_top10_with_precomputed_ranks_agrees_with_the_exact_path(
             if doc_id in true_rank:
                 worst = max(worst, abs(rank - true_rank[doc_id]))
     assert np.mean(agreement) >= overlap
-    assert worst <= (1e-3 if bits == 8 else 1.5e-2)
+    assert worst <= {16: 1e-6, 8: 1e-3, 4: 1.5e-2}[bits]
 
 
 def test_writes_keep_the_store_in_step(corpus) -> None:
@@ -305,7 +311,7 @@ def test_written_rows_are_read_without_a_page_fault() -> None:
     store.close()
 
 
-@pytest.mark.parametrize("bits", [8, 4])
+@pytest.mark.parametrize("bits", [16, 8, 4])
 def test_without_numba_the_codes_score_the_same(
     corpus, bits: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -139,7 +139,7 @@ def test_approximate_search_scores_the_candidates_with_codes_from_them() -> None
 
 @pytest.mark.parametrize("lambda_inf", [0.0, 0.1, 1.0])
 @pytest.mark.parametrize("top_k", [1, 10, 150])
-@pytest.mark.parametrize(("bits", "share"), [(8, 1.0), (8, 0.6), (4, 1.0)])
+@pytest.mark.parametrize(("bits", "share"), [(16, 1.0), (16, 0.6), (8, 1.0), (8, 0.6), (4, 1.0)])
 @pytest.mark.parametrize("spread", [0.05, 0.3])
 def test_exact_search_with_codes_returns_the_exact_hits(
     lambda_inf: float, top_k: int, bits: int, share: float, spread: float
@@ -208,6 +208,28 @@ def test_codes_leave_rank_vectors_for_the_top_k_and_the_few_they_cannot_rule_out
     assert_same(hits, reference)
     (candidate_rows,) = rows
     assert 10 <= candidate_rows <= 20
+
+
+def test_whole_ranks_leave_rank_vectors_only_for_candidates_without_codes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(13)
+    anchors = torch.from_numpy(unit(rng, 2000, 3.0))
+    vectors = unit(rng, 100, 0.3)
+    ids = np.arange(100, dtype=np.int64)
+    query = torch.from_numpy(unit(rng, 1, 0.3)[0])
+    reference = score_all(query, anchors, ids, vectors, 0.1, 10)
+    for share in (1.0, 0.6):
+        codes = stored_ranks(rng, query, anchors, ids, vectors, 16, share)
+        rows = count_rank_rows(monkeypatch)
+        hits = rescore_vectors(
+            query, anchors, ids, vectors, lambda_inf=0.1, top_k=10, stored=codes.stored
+        )
+        assert_same(hits, reference)
+        # Only candidates without codes get rank vectors: none when every candidate has them.
+        assert sum(rows) <= int((~codes.found).sum())
+        if share == 1.0:
+            assert rows == []
 
 
 @pytest.mark.parametrize("exact", [True, False])

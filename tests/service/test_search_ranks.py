@@ -15,6 +15,7 @@ from models.index import IndexConfig, SearchIndex
 from service.corpus.index_state import IndexState
 from service.corpus.rank_sync import RankStoreSync
 from service.engine import Engine
+from tests.conftest import served
 from tests.polling import wait_until
 from tests.service.conftest import Server, make_settings
 from tests.service.corpus_helpers import api, corpus_server, sick_sentences
@@ -168,4 +169,24 @@ async def test_a_store_fills_without_the_neighbour_order(
             break
         await asyncio.sleep(0.05)
     assert len(store) == len(sentences)
+    sync.stop()
+
+
+async def test_whole_ranks_score_the_hits_as_brute_force_does(
+    engine: Engine, sentences: list[str], tmp_path: Path
+) -> None:
+    sync = RankStoreSync(make_settings(tmp_path, precomputed_ranks="16bit"))
+    anchors = served(engine.anchors)  # as the API holds them, as brute_force takes them
+    index = SearchIndex(engine.dim, IndexConfig(use_gpu=False))
+    index.upsert(np.arange(len(sentences)), engine.encoder.encode(sentences))
+    await sync.ensure(engine_with(engine, anchors), IndexState(index, engine.encoder.checksum, {}))
+    store = index.rank_store
+    assert store is not None and store.codec.lossless
+    await asyncio.to_thread(wait_until, lambda: len(store) == len(sentences))
+    query = engine.encoder.encode([QUERY])[0]  # (dim,)
+    hits = index.search(
+        query, anchors.embeddings, top_k=10, candidates=100, lambda_inf=1.0, anchors_key=anchors.key
+    )
+    reference = brute_force(engine.encoder, anchors, sentences, QUERY, 1.0)
+    np.testing.assert_allclose(hits.scores, np.sort(reference)[::-1][:10], atol=1e-5)
     sync.stop()

@@ -20,10 +20,11 @@ query is off by more than s (M / (2L) + 1/2) |z_q|_1 before the variance correct
 rule out (models/rescoring.py).
 
 16-bit codes of at most 65,536 anchors are the ranks themselves (one rank per bucket, L = M):
-nothing is lost, and a similarity from them differs from z_q . z_d of the rank vectors computed
-anew only by the order of its float32 sums (`lossless`), so a search may score from them as it
-would from the rank vectors: at M = 10k, 20 KB per document instead of a product with the
-anchor matrix and a sort per candidate. Past 65,536 anchors they are buckets as above.
+nothing is lost, and a similarity from them (summed in float64) differs from z_q . z_d of the
+rank vectors computed anew only by that product's float32 rounding (`lossless`), so a search may
+score from them as it would from the rank vectors: at M = 10k, 20 KB per document instead of a
+product with the anchor matrix and a sort per candidate. Past 65,536 anchors they are buckets as
+above.
 
 4-bit codes are packed two to a byte as columns k and k + ceil(M/2) (low and high nibble), so
 the dot product reads each byte once and needs no interleaving. The dot products run in a

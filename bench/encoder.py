@@ -82,15 +82,20 @@ def flops_per_token(encoder: Encoder, mean_tokens: float) -> float:
     return layers * (2 * (4 * hidden**2 + 2 * hidden * inner) + 4 * hidden * mean_tokens)
 
 
-def inputs(encoder: Encoder, count: int) -> dict[str, tuple[list[str], float]]:
-    """Short and long texts, with their mean token count after truncation."""
+def short_and_long(count: int) -> dict[str, list[str]]:
+    """`count` short texts (one Wikipedia sentence each) and `count` long ones (LONG_GROUP
+    consecutive sentences each)."""
     sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")
-    short = sentences[:count]
     long = [
         " ".join(sentences[i : i + LONG_GROUP]) for i in range(0, LONG_GROUP * count, LONG_GROUP)
     ]
+    return {"short": sentences[:count], "long": long}
+
+
+def inputs(encoder: Encoder, count: int) -> dict[str, tuple[list[str], float]]:
+    """Short and long texts, with their mean token count after truncation."""
     out = {}
-    for name, texts in (("short", short), ("long", long)):
+    for name, texts in short_and_long(count).items():
         counts = [min(c, encoder.max_seq_length) for c in encoder.token_counts(texts)]
         out[name] = (texts, sum(counts) / len(counts))
     return out

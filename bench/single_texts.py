@@ -22,23 +22,13 @@ import subprocess
 import sys
 import time
 
+from bench.encoder import short_and_long
 from bench.memory import MB, rss_bytes
 from bench.timing import load_average, say
 from core.backend_choice import encoder_for
-from core.settings import DATA_DIR, Settings
-from models.anchors import read_sentences
+from core.settings import Settings
 from models.backends import OPENVINO, Backend, available
 from models.encoder import Encoder
-
-LONG_GROUP = 8  # sentences per long text, as bench.encoder's
-
-
-def _texts(count: int) -> dict[str, list[str]]:
-    sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")
-    long = [
-        " ".join(sentences[i : i + LONG_GROUP]) for i in range(0, LONG_GROUP * count, LONG_GROUP)
-    ]
-    return {"short": sentences[:count], "long": long}
 
 
 def _interleaved(encoders: dict[str, Encoder], texts: list[str]) -> dict[str, float]:
@@ -61,7 +51,7 @@ def _resident_mb(backend: str, lengths: list[int]) -> float:
 def _child(backend: str, lengths: list[int]) -> None:
     settings = Settings(openvino_single_lengths=lengths)
     encoder = encoder_for(settings, None, None, Backend(backend))
-    for texts in _texts(8).values():
+    for texts in short_and_long(8).values():
         for text in texts:
             encoder.encode([text])
     print(rss_bytes() / MB)
@@ -85,7 +75,7 @@ def main() -> None:
     lengths = args.lengths or settings.openvino_single_lengths or default
     backends = [Backend(name) for name in args.backends if available(Backend(name))]
     say(f"load average {load_average()} at start; static graphs for {lengths} tokens")
-    kinds = _texts(args.texts)
+    kinds = short_and_long(args.texts)
     torch_fp32 = encoder_for(settings, None, None, Backend.TORCH)
     for kind, texts in kinds.items():
         limit = torch_fp32.max_seq_length

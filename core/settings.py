@@ -173,13 +173,12 @@ class Settings(BaseSettings):
     search_index: Literal["flat", "ivf"] = "flat"
     ivf_nlist: int = Field(default=1024, ge=1, description="IVF lists; trained at 39 x nlist docs")
     ivf_nprobe: int = Field(default=32, ge=1)
-    # Eq. 7 rescoring (models/index.py): "16bit"/"8bit"/"4bit" keep every document's ranks,
-    # whole (up to 65,536 anchors) or quantised (2M, M or M/2 bytes per document, in memory:
-    # the budget below), rebuilt in the background when the anchors or the encoder change;
-    # "off" computes every candidate's rank vector at query time, as are documents past the
-    # budget or not yet backfilled. On by default: with precomputed_ranks_exact the results are
-    # the same, and a /search costs 1.23x an /encode of its query instead of 1.58x; whole ranks
-    # need no rank vector of a hit at all (bench.http_search, docs/benchmarks.md).
+    # Eq. 7 rescoring (models/index.py): "16bit" (whole ranks up to 65,536 anchors), "8bit" or
+    # "4bit" keep every document's ranks (2M, M or M/2 bytes each, in memory: the budget below),
+    # rebuilt in the background when the anchors or the encoder change; "off" ranks every
+    # candidate at query time, as are documents past the budget or not yet backfilled. On by
+    # default: results are the same with precomputed_ranks_exact, and a /search costs 1.23x an
+    # /encode instead of 1.58x; 16bit also spares the hits' rank vectors (docs/benchmarks.md).
     precomputed_ranks: Literal["off", "16bit", "8bit", "4bit"] = "8bit"
     precomputed_ranks_budget_mb: int = Field(
         default=1024, ge=1, description="the rank store's memory; 8bit at M=10k: ~100k documents"

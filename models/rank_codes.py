@@ -19,12 +19,12 @@ query is off by more than s (M / (2L) + 1/2) |z_q|_1 before the variance correct
 3 / (2L) (6e-3 at 8 bits). Exact search uses it to rank only the candidates the codes cannot
 rule out (models/rescoring.py).
 
-16-bit codes of at most 65,536 anchors are the ranks themselves (one rank per bucket, L = M):
-nothing is lost, and a similarity from them (summed in float64) differs from z_q . z_d of the
-rank vectors computed anew only by that product's float32 rounding (`lossless`), so a search may
-score from them as it would from the rank vectors: at M = 10k, 20 KB per document instead of a
-product with the anchor matrix and a sort per candidate. Past 65,536 anchors they are buckets as
-above.
+With no more anchors than levels the codes are the ranks themselves (a bucket per rank, L = M),
+as 16-bit codes are up to 65,536 anchors: nothing is lost, and a similarity from them differs
+from z_q . z_d of the rank vectors computed anew only by rounding (`lossless`; 16-bit codes are
+summed in float64), so a search may score from them as it would from the rank vectors: at
+M = 10k, 20 KB per document instead of a product with the anchor matrix and a sort per
+candidate. Past 65,536 anchors 16-bit codes are buckets as above.
 
 4-bit codes are packed two to a byte as columns k and k + ceil(M/2) (low and high nibble), so
 the dot product reads each byte once and needs no interleaving. The dot products run in a
@@ -69,7 +69,7 @@ class RankCodec:
     @property
     def levels(self) -> int:
         """Buckets of ranks: 2^bits, or M when each rank fits a bucket of its own."""
-        return min(1 << self.bits, self.m) if self.bits == 16 else 1 << self.bits
+        return min(1 << self.bits, self.m)
 
     @property
     def lossless(self) -> bool:

@@ -92,9 +92,9 @@ def test_codes_stand_for_their_bucket_of_ranks(m: int, bits: int) -> None:
     packed = codec.encode(ranks)
     assert packed.shape == (3, {16: 2 * m, 8: m, 4: (m + 1) // 2}[bits])
     centres = codec.decode_ranks(packed)  # (3, m)
-    levels = min(1 << bits, m) if bits == 16 else 1 << bits
+    levels = min(1 << bits, m)
     assert codec.lossless == (levels == m)
-    if codec.lossless:  # 16 bits, at most 65,536 anchors: the ranks themselves
+    if codec.lossless:  # no more anchors than levels (2, 7 at 8 bits): the ranks themselves
         np.testing.assert_array_equal(centres, ranks)
     # Half a bucket and half a rank, plus the float32 rounding of a centre.
     assert np.abs(centres - ranks).max() <= m / levels / 2 + 0.5 + np.spacing(np.float32(m))

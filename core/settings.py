@@ -176,12 +176,15 @@ class Settings(BaseSettings):
     # Eq. 7 rescoring (models/index.py): "16bit" (whole ranks up to 65,536 anchors), "8bit" or
     # "4bit" keep every document's ranks (2M, M or M/2 bytes each, in memory: the budget below),
     # rebuilt in the background when the anchors or the encoder change; "off" ranks every
-    # candidate at query time, as are documents past the budget or not yet backfilled. On by
-    # default: results are the same with precomputed_ranks_exact, and a /search costs 1.23x an
-    # /encode instead of 1.58x; 16bit also spares the hits' rank vectors (docs/benchmarks.md).
-    precomputed_ranks: Literal["off", "16bit", "8bit", "4bit"] = "8bit"
+    # candidate at query time, as are documents past the budget or not yet backfilled. "auto":
+    # 16bit while every document fits the budget, else 8bit (service/corpus/rank_sync.py).
+    # Results are the same with precomputed_ranks_exact; 16bit also spares the hits' rank
+    # vectors, 8bit holds twice the documents (docs/search.md, docs/benchmarks.md).
+    precomputed_ranks: Literal["auto", "off", "16bit", "8bit", "4bit"] = "auto"
     precomputed_ranks_budget_mb: int = Field(
-        default=1024, ge=1, description="the rank store's memory; 8bit at M=10k: ~100k documents"
+        default=1024,
+        ge=1,
+        description="the rank store's memory; at M=10k ~50k documents at 16bit, ~100k at 8bit",
     )
     # Where the host lets memory go cold after a minute or so unread (docs/search.md, the rank
     # store), one byte of every 2 MB page of the store is read this often: on an AMD EPYC Zen 4

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from models.anchors import AnchorSet
 from models.index import IndexConfig, SearchIndex
 from service.corpus.index_state import IndexState
-from service.corpus.rank_sync import RankStoreSync
+from service.corpus.rank_sync import RankStoreSync, store_bits
 from service.engine import Engine
 from tests.conftest import served
 from tests.polling import wait_until
@@ -189,4 +190,50 @@ async def test_whole_ranks_score_the_hits_as_brute_force_does(
     )
     reference = brute_force(engine.encoder, anchors, sentences, QUERY, 1.0)
     np.testing.assert_allclose(hits.scores, np.sort(reference)[::-1][:10], atol=1e-5)
+    sync.stop()
+
+
+@pytest.mark.parametrize(
+    ("setting", "documents", "anchors", "bits"),
+    [
+        ("auto", 52, 10_000, 16),  # 52 x 20,000 bytes fit 1 MiB
+        ("auto", 53, 10_000, 8),
+        ("auto", 1, 70_001, 8),  # past 65,536 anchors 16-bit codes are buckets too
+        ("16bit", 10**6, 10_000, 16),  # an explicit width stands, past the budget as well
+        ("4bit", 0, 10_000, 4),
+    ],
+)
+def test_the_code_width_of_a_new_store(
+    setting: str, documents: int, anchors: int, bits: int
+) -> None:
+    assert store_bits(setting, documents, anchors, 2**20) == bits
+
+
+async def test_auto_keeps_whole_ranks_until_the_documents_outgrow_them(
+    engine: Engine, sentences: list[str], tmp_path: Path
+) -> None:
+    # 1 MiB holds 52 documents' whole ranks at M = 10k, 104 at 8 bits.
+    settings = make_settings(tmp_path, precomputed_ranks="auto", precomputed_ranks_budget_mb=1)
+    sync = RankStoreSync(settings)
+    random = torch.nn.functional.normalize(torch.randn(10_000, engine.dim), dim=1)  # (m, dim)
+    texts = [f"anchor {i}" for i in range(10_000)]
+    engine = engine_with(engine, AnchorSet(texts, random, "random", engine.encoder.checksum))
+    vectors = engine.encoder.encode(sentences)  # (60, dim)
+    index = SearchIndex(engine.dim, IndexConfig(use_gpu=False))
+    index.upsert(np.arange(40), vectors[:40])
+    state = IndexState(index, engine.encoder.checksum, {})
+    await sync.ensure(engine, state)
+    whole = index.rank_store
+    assert whole is not None and whole.codec.bits == 16 and whole.capacity == 52
+    index.upsert(np.arange(40, 52), vectors[40:52])
+    await sync.ensure(engine, state)
+    assert index.rank_store is whole  # still fits
+    index.upsert(np.arange(52, 60), vectors[52:])
+    await sync.ensure(engine, state)
+    narrow = index.rank_store
+    assert narrow is not None and narrow.codec.bits == 8
+    await asyncio.to_thread(wait_until, lambda: len(narrow) == len(sentences))
+    index.remove(np.arange(30))
+    await sync.ensure(engine, state)
+    assert index.rank_store is narrow  # no way back until the anchors change: no flapping
     sync.stop()

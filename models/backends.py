@@ -143,6 +143,7 @@ def load_runner(
             int8_weights=backend == Backend.OPENVINO_INT8,
             bf16=runs_in_bf16(int8_graph=backend != Backend.OPENVINO),
             single_lengths=single_lengths,
+            word_embeddings_outside=backend == Backend.OPENVINO_INT8_STATIC,
         )
     return _OnnxRunner(graph, threads)
 

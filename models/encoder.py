@@ -31,6 +31,7 @@ from models.backends import (
     tensor_features,
 )
 from models.checksums import sha256_directory
+from models.openvino_runner import useful_lengths
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 # Padded tokens per forward pass unless the settings name a budget. On a CPU small passes waste
@@ -252,7 +253,8 @@ def load_encoder(
         folder = ensure_variant(
             model, checksum, backend, prebuilt=variants, cache=cache, calibration=calibration
         )
-        runner = load_runner(backend, folder, threads, single_lengths)
+        lengths = useful_lengths(single_lengths, model.max_seq_length)
+        runner = load_runner(backend, folder, threads, lengths)
     return Encoder(
         model=model,
         path=model_path,

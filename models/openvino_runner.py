@@ -5,10 +5,14 @@ import bisect
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from models.cpu_info import CPUINFO, cpu_has_amx, cpu_has_bf16, cpu_vendor
+
+if TYPE_CHECKING:
+    import openvino as ov
 
 
 def runs_in_bf16(*, int8_graph: bool, cpuinfo: Path = CPUINFO) -> bool:
@@ -35,6 +39,50 @@ def single_graph(lengths: Sequence[int], texts: int, tokens: int) -> int | None:
     return graph if graph < len(lengths) else None
 
 
+_WORD_EMBEDDINGS = "word_embeddings"  # the input that replaces the word-embedding lookup
+
+
+def take_word_embeddings(model: "ov.Model") -> np.ndarray | None:
+    """Turn `model`'s lookup of `input_ids` in its word-embedding table into an input of the
+    looked-up rows (batch, tokens, dim), and return the table (vocabulary, dim) as the graph
+    computed it, float32; None (the model unchanged) if it has no such lookup."""
+    import openvino as ov
+    from openvino import opset13
+
+    for node in model.get_ordered_ops():
+        if node.get_type_name() != "Gather":
+            continue
+        indices = node.input_value(1).get_node()
+        table = node.input_value(0)
+        if (
+            indices.get_type_name() != "Parameter"
+            or "input_ids" not in indices.get_output_tensor(0).get_names()
+        ):
+            continue
+        if table.get_partial_shape().rank.get_length() != 2:
+            continue
+        # The table as the compiled graph held it: its constant and its decompression (int8
+        # values, scale), evaluated once in float32.
+        evaluate = ov.Model([opset13.result(table)], [], "word-embedding table")
+        config = {"INFERENCE_PRECISION_HINT": ov.Type.f32}
+        rows = ov.Core().compile_model(evaluate, "CPU", config).create_infer_request().infer({})
+        dim = table.get_partial_shape()[1]
+        looked_up = opset13.parameter(ov.PartialShape([-1, -1, dim]), ov.Type.f32)
+        node.output(0).replace(looked_up.output(0))
+        looked_up.output(0).get_tensor().set_names({_WORD_EMBEDDINGS})
+        model.add_parameters([looked_up])
+        model.validate_nodes_and_infer_types()
+        return np.array(rows[0], dtype=np.float32, copy=True)
+    return None
+
+
+def useful_lengths(lengths: Sequence[int], longest: int) -> list[int]:
+    """The sorted `lengths` that texts of at most `longest` tokens can use: those below it and
+    the first that holds it. A graph past that would never run and still cost its memory."""
+    ordered = sorted(set(lengths))
+    return ordered[: bisect.bisect_left(ordered, longest) + 1]
+
+
 class OpenVinoRunner:
     # Each pass is padded to a multiple of these many tokens (masked out, so the embeddings do
     # not move), so that it takes few shapes. The CPU plugin compiles every new input shape (a
@@ -59,6 +107,7 @@ class OpenVinoRunner:
         int8_weights: bool = False,
         bf16: bool = False,
         single_lengths: Sequence[int] = (),
+        word_embeddings_outside: bool = False,
     ) -> None:
         import openvino as ov
 
@@ -74,24 +123,40 @@ class OpenVinoRunner:
             config["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 32
         config["INFERENCE_PRECISION_HINT"] = ov.Type.bf16 if bf16 else ov.Type.f32
         model = core.read_model(str(path))
+        # `word_embeddings_outside`: the rows are looked up here, in one table for all graphs.
+        # A graph calibrated for int8 activations decompresses its int8 table into a float32
+        # one of its own (47 MB for MiniLM's 30,522 x 384) at compile time, whatever the export
+        # (twenty-sixth session). With the lookup outside, openvino-int8-static's two static
+        # graphs took 62 MB instead of 150, the embeddings the same to the bit, and passes ran
+        # 0.99-1.00x as fast (bench.single_texts and a script alternating both, AMD Zen 4).
+        self.word_embeddings = take_word_embeddings(model) if word_embeddings_outside else None
         self.compiled = core.compile_model(model, "CPU", config)
-        self.inputs = [port.get_any_name() for port in self.compiled.inputs]
+        self.inputs = [
+            name
+            for port in self.compiled.inputs
+            if (name := port.get_any_name()) != _WORD_EMBEDDINGS
+        ]
         self.length_multiple = self.BF16_LENGTH_MULTIPLE if bf16 else self.LENGTH_MULTIPLE
         # A single text of at most one of `single_lengths` tokens runs, padded to the nearest,
         # in a graph compiled for that one shape. A dynamic graph redoes shape inference and
         # re-allocates at every change of shape, which single texts of varied lengths meet on
-        # nearly every pass; a static one does neither. One short text at a time ran 1.20-1.29x
-        # as fast, for 20-75 MB per length by backend (bench.single_texts, AMD Zen 4).
+        # nearly every pass; a static one does neither. One short text at a time ran 1.17-1.38x
+        # as fast, for 22-31 MB per length by backend (bench.single_texts, AMD Zen 4).
         self.single_lengths = sorted(set(single_lengths))
         self.single_requests: list[ov.InferRequest] = []
         for length in self.single_lengths:
             static = model.clone()
-            static.reshape({name: ov.PartialShape([1, length]) for name in self.inputs})
+            shapes = {name: ov.PartialShape([1, length]) for name in self.inputs}
+            if self.word_embeddings is not None:
+                dim = self.word_embeddings.shape[1]
+                shapes[_WORD_EMBEDDINGS] = ov.PartialShape([1, length, dim])
+            static.reshape(shapes)
             compiled = core.compile_model(static, "CPU", config)
             self.single_requests.append(compiled.create_infer_request())
         # compiled_model(...) reuses one infer request, which is not safe across threads; one
         # lock for all keeps passes from sharing the cores' threads as well.
         self._lock = threading.Lock()
+        self._rows = np.empty((0, 0), dtype=np.float32)  # _look_up's buffer
 
     def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
         texts, tokens = features["input_ids"].shape
@@ -102,8 +167,21 @@ class OpenVinoRunner:
             pad, request = self.single_lengths[graph] - tokens, self.single_requests[graph]
         inputs = {name: np.pad(features[name], ((0, 0), (0, pad))) for name in self.inputs}
         with self._lock:
+            if self.word_embeddings is not None:
+                inputs[_WORD_EMBEDDINGS] = self._look_up(inputs["input_ids"])
             if request is not None:
                 result = request.infer(inputs, share_inputs=True)
             else:
                 result = self.compiled(inputs)
             return np.array(result[0], copy=True)
+
+    def _look_up(self, ids: np.ndarray) -> np.ndarray:
+        """The word-embedding rows of `ids` (texts, tokens), in a buffer reused from pass to pass
+        (under the lock): a fresh array of a batch's rows faults in new pages every pass, which
+        made a batch of 64 long texts' lookup 27.6 ms against 3.6 ms into a reused buffer."""
+        assert self.word_embeddings is not None
+        size, dim = ids.size, self.word_embeddings.shape[1]
+        if len(self._rows) < size:
+            self._rows = np.empty((size, dim), dtype=np.float32)
+        rows = self._rows[:size].reshape(*ids.shape, dim)  # (texts, tokens, dim)
+        return np.take(self.word_embeddings, ids, axis=0, out=rows)

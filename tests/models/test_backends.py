@@ -21,7 +21,7 @@ from models.backends import (
 )
 from models.cpu_info import cpu_has_vnni
 from models.encoder import Encoder, load_encoder
-from models.openvino_runner import OpenVinoRunner, runs_in_bf16
+from models.openvino_runner import OpenVinoRunner, runs_in_bf16, take_word_embeddings
 from models.parity import COSINE_FLOOR, SPEARMAN_TOLERANCE, ParitySet, check_parity, embed
 
 PAIRS_PER_TASK = 150  # 300 dev pairs: a Spearman gap of 0.2 is still well resolved
@@ -217,22 +217,48 @@ def test_openvino_runs_single_texts_in_graphs_of_their_own_shape(
     for text, length in zip(texts, (16, 32, None), strict=True):
         features = {k: v.numpy() for k, v in tensor_features(encoder.model, [text]).items()}
         out = runner(features)  # (1, dim)
-        dynamic = runner.compiled(
-            {
-                k: np.pad(v, ((0, 0), (0, -v.shape[1] % runner.length_multiple)))
-                for k, v in features.items()
-            }
-        )[0]  # (1, dim)
+        lengths, runner.single_lengths = runner.single_lengths, []
+        dynamic = runner(features)  # (1, dim), the dynamic graph's
+        runner.single_lengths = lengths
         if length is None:
             np.testing.assert_array_equal(out, dynamic)
             continue
         padded = {k: np.pad(v, ((0, 0), (0, length - v.shape[1]))) for k, v in features.items()}
+        if runner.word_embeddings is not None:
+            padded["word_embeddings"] = runner.word_embeddings[padded["input_ids"]]
         static = runner.single_requests[runner.single_lengths.index(length)]
         np.testing.assert_array_equal(out, static.infer(padded)[0])
         # The static graphs may pick other kernels, which round int8 products otherwise: within
         # 4e-4 of the dynamic graph's cosine on 128 Wikipedia sentences (AMD Zen 4).
         cosine = (out * dynamic).sum() / np.linalg.norm(out) / np.linalg.norm(dynamic)
         assert cosine > 0.999
+
+
+def test_word_embeddings_looked_up_outside_the_graphs_change_nothing(
+    encoder: Encoder, exported_variants: Path
+) -> None:
+    backend = Backend.OPENVINO_INT8_STATIC
+    outside = _load(backend, exported_variants, single_lengths=(16,)).runner
+    assert isinstance(outside, OpenVinoRunner) and outside.word_embeddings is not None
+    assert outside.word_embeddings.shape == (encoder.model.tokenizer.vocab_size, encoder.dim)
+    path = next(exported_variants.rglob("model-int8-static.xml"))  # the variant just loaded
+    inside = OpenVinoRunner(path, threads=1, single_lengths=(16,))
+    assert inside.word_embeddings is None
+    texts = [["a cat"], ["a cat", "a longer sentence about the rivers beyond the mountains"]]
+    for batch in texts:  # one text: the static graph; two: the dynamic one
+        features = {k: v.numpy() for k, v in tensor_features(encoder.model, batch).items()}
+        np.testing.assert_allclose(outside(features), inside(features), atol=1e-5)
+
+
+def test_a_graph_without_a_word_embedding_lookup_is_left_alone() -> None:
+    ov = pytest.importorskip("openvino")
+    from openvino import opset13
+
+    ids = opset13.parameter(ov.PartialShape([-1, -1]), ov.Type.i64, name="input_ids")
+    ids.output(0).get_tensor().set_names({"input_ids"})
+    model = ov.Model([opset13.result(opset13.convert(ids, ov.Type.f32))], [ids])
+    assert take_word_embeddings(model) is None
+    assert [p.get_any_name() for p in model.inputs] == ["input_ids"]
 
 
 @pytest.mark.parametrize("backend", OPENVINO)

@@ -3,7 +3,7 @@ tests/models/test_backends.py."""
 
 import pytest
 
-from models.openvino_runner import single_graph
+from models.openvino_runner import single_graph, useful_lengths
 
 
 @pytest.mark.parametrize(
@@ -18,3 +18,11 @@ def test_a_single_text_takes_the_shortest_static_graph_that_holds_it(
 
 def test_without_static_graphs_every_pass_is_dynamic() -> None:
     assert single_graph([], 1, 4) is None
+
+
+@pytest.mark.parametrize(
+    ("longest", "lengths"),
+    [(256, [16, 32, 64, 128, 256]), (100, [16, 32, 64, 128]), (8, [16]), (16, [16])],
+)
+def test_graphs_longer_than_any_text_are_not_compiled(longest: int, lengths: list[int]) -> None:
+    assert useful_lengths([256, 16, 64, 32, 128, 32], longest) == lengths

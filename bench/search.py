@@ -8,7 +8,8 @@ kind: p50/p99 per query of
   Eq. 7 keeps top_k;
 - Eq. 7 exact + codes: the same hits and scores, with a RankStore (RANKSERVE_PRECOMPUTED_RANKS,
   --bits) ruling out the candidates whose codes show they cannot reach the top_k, so only the
-  others get rank vectors (the served default: 8-bit codes, RANKSERVE_PRECOMPUTED_RANKS_EXACT);
+  others get rank vectors (RANKSERVE_PRECOMPUTED_RANKS_EXACT; 8-bit codes are what the served
+  default, "auto", keeps past about 50k documents at M = 10k in its 1 GB);
   with --bits 16, whole ranks, the candidates with codes are scored from them instead, exactly;
 - Eq. 7 precomputed: the same candidates scored from the store's codes (..._EXACT=false), with
   its top-10 overlap against the exact path.

@@ -50,12 +50,9 @@ class Settings(BaseSettings):
     anchor_corpus: Path = DATA_DIR / "corpus" / "wiki-sentences.txt"
     anchor_count: int | None = Field(default=10_000, ge=2, description="None = whole corpus")
     anchor_seed: int | None = Field(default=None, description="None = first M, else seeded sample")
-    # How the API holds the anchor matrix (models/anchor_formats.py). The CPU kernel reads
-    # int8 at a quarter of float32's bytes (bfloat16 at half) and multiplies in float32; on
-    # the whole of STS-B dev and SICK trial int8 moved no Eq. 7 score (lambda 0.1) by more than
-    # 4.6e-5 (bfloat16 8.3e-6) and Spearman not at all, and one pair's rank part at M = 10k
-    # took 0.74-0.79 ms against 0.99-1.08 in bfloat16. bench.scoring checks and measures each
-    # (docs/search.md).
+    # How the API holds the anchor matrix (models/anchor_formats.py): int8 moved no Eq. 7 score
+    # on the dev sets by more than 4.6e-5 and Spearman not at all, and reads a quarter of
+    # float32's bytes (bench.scoring checks and measures each; docs/search.md).
     anchor_dtype: Literal["float32", "bfloat16", "int8"] = "int8"
     lambda_inf: float = Field(
         default=DEFAULT_LAMBDA_INF, ge=0.0, le=1.0, description="Eq. 7 weight"
@@ -174,26 +171,21 @@ class Settings(BaseSettings):
     ivf_nlist: int = Field(default=1024, ge=1, description="IVF lists; trained at 39 x nlist docs")
     ivf_nprobe: int = Field(default=32, ge=1)
     # Eq. 7 rescoring (models/index.py): "16bit" (whole ranks up to 65,536 anchors), "8bit" or
-    # "4bit" keep every document's ranks (2M, M or M/2 bytes each, in memory: the budget below),
-    # rebuilt in the background when the anchors or the encoder change; "off" ranks every
-    # candidate at query time, as are documents past the budget or not yet backfilled. "auto":
-    # 16bit while every document fits the budget, else 8bit (service/corpus/rank_sync.py).
-    # Results are the same with precomputed_ranks_exact; 16bit also spares the hits' rank
-    # vectors, 8bit holds twice the documents (docs/search.md, docs/benchmarks.md).
+    # "4bit" keep every document's ranks (2M, M or M/2 bytes, in memory up to the budget below),
+    # rebuilt in the background when the anchors or the encoder change; "off", documents past
+    # the budget and those not yet backfilled are ranked at query time. "auto": 16bit while
+    # every document fits, else 8bit (service/corpus/rank_sync.py, docs/search.md).
     precomputed_ranks: Literal["auto", "off", "16bit", "8bit", "4bit"] = "auto"
     precomputed_ranks_budget_mb: int = Field(
         default=1024,
         ge=1,
         description="the rank store's memory; at M=10k ~50k documents at 16bit, ~100k at 8bit",
     )
-    # Where the host lets memory go cold after a minute or so unread (docs/search.md, the rank
-    # store), one byte of every 2 MB page of the store is read this often: on an AMD EPYC Zen 4
-    # VM every 10 s kept 100 random pages at 0.14 ms, every 30 s at 0.58 ms, against 2.0-2.4 ms
-    # left alone (docs/benchmarks.md, seventeenth session).
+    # One byte per 2 MB page of the store is read this often, where hosts let unread memory go
+    # cold: every 10 s kept 100 random pages at 0.14 ms against 2.0-2.4 left alone (docs/search.md).
     precomputed_ranks_keep_warm_s: float = Field(default=10.0, ge=0.0, description="0 = off")
-    # True: the codes only rule out candidates that cannot reach the top_k, and every hit and
-    # score is exact Eq. 7. False: candidates are scored from their codes (about 4e-5 off at
-    # 8 bits, so near-ties may swap), which saves the remaining rank vectors.
+    # True: the codes only rule out candidates, and every hit and score is exact Eq. 7. False:
+    # candidates are scored from their codes (8 bits: ~4e-5 off, near-ties may swap), faster.
     precomputed_ranks_exact: bool = True
     search_threads: int = Field(
         default=2, ge=1, description="threads rescoring searches, apart from the encoder's"

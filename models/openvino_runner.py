@@ -52,14 +52,8 @@ def take_word_embeddings(model: "ov.Model") -> np.ndarray | None:
     for node in model.get_ordered_ops():
         if node.get_type_name() != "Gather":
             continue
-        indices = node.input_value(1).get_node()
-        table = node.input_value(0)
-        if (
-            indices.get_type_name() != "Parameter"
-            or "input_ids" not in indices.get_output_tensor(0).get_names()
-        ):
-            continue
-        if table.get_partial_shape().rank.get_length() != 2:
+        indices, table = node.input_value(1), node.input_value(0)
+        if "input_ids" not in indices.get_names() or table.get_partial_shape().rank != 2:
             continue
         # The table as the compiled graph held it: its constant and its decompression (int8
         # values, scale), evaluated once in float32.

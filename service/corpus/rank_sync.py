@@ -57,16 +57,12 @@ class RankStoreSync:
         anchors = engine.anchors
         key = await asyncio.to_thread(lambda: anchors.key)  # a digest of the matrix, once
         current = index.rank_store
-        if (
-            current is not None
-            and current.anchors_key == key
-            and not self._outgrown(current, index)
-        ):
-            return
+        if current is not None and current.anchors_key == key:
+            if not self._outgrown(current, index):
+                return
+            logger.info("rank store: %d documents outgrew 16-bit codes; 8 bits", len(index))
         m = int(engine.anchors.embeddings.shape[0])
         bits = store_bits(self.setting, len(index), m, self.budget_bytes)
-        if current is not None and current.anchors_key == key:
-            logger.info("rank store: %d documents outgrew 16-bit codes; 8 bits", len(index))
         store = RankStore(engine.anchors.embeddings, key, bits, self.budget_bytes, self.keep_warm_s)
         missing = await asyncio.to_thread(index.attach_rank_store, store)
         self.stop()

@@ -4,6 +4,8 @@ A collector task waits for the first pending request, gives others up to `max_wa
 join (skipped once `max_batch_size` texts are waiting), then hands every request of the
 same engine, up to `max_batch_size` texts, to the worker. While the worker computes, new
 requests queue; when it finishes they have already waited, so the next batch leaves at once.
+So batches grow with the load even at the default `max_wait_s` of 0, where a request that
+finds the worker idle leaves at once (docs/api.md#dynamic-batching measures both).
 The worker tokenises; the encoder sorts the texts by token count (less padding) and cuts them
 into the cheapest forward passes within the size and its padded-token budget.
 

@@ -80,6 +80,20 @@ def test_a_request_larger_than_a_forward_pass_is_split_and_reassembled(
     assert torch.allclose(served, alone, atol=1e-5)
 
 
+# The longest wait allowed: far more than the test takes between its two requests.
+@pytest.mark.parametrize("quick_server", [{"batch_wait_ms": 1000}], indirect=True)
+def test_a_batch_wait_holds_an_idle_worker_for_requests_to_join(quick_server: Server):
+    batches = quick_server.metric("rankserve_batch_size_count")
+    batched_texts = quick_server.metric("rankserve_batch_size_sum")
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        first = pool.submit(post, quick_server, "/encode", {"texts": ["a", "b"]})
+        quick_server.wait_metric("rankserve_queue_texts", 2)
+        second = pool.submit(post, quick_server, "/encode", {"texts": ["c"]})
+        assert first.result().status_code == second.result().status_code == 200
+    assert quick_server.metric("rankserve_batch_size_count") == batches + 1
+    assert quick_server.metric("rankserve_batch_size_sum") == batched_texts + 3
+
+
 @pytest.mark.parametrize("quick_server", [{"queue_capacity": 4}], indirect=True)
 def test_a_full_queue_answers_429_with_retry_after(quick_server: Server):
     batches = quick_server.metric("rankserve_batch_size_count")

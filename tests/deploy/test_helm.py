@@ -293,7 +293,7 @@ def _settings_from(config: dict[str, str]) -> Settings:
 
 
 def test_pods_keep_idle_connections_longer_than_the_proxies_unless_told():
-    """ingress-nginx and cloud load balancers keep idle connections to a pod 60 s; closing
+    """ingress-nginx and AWS load balancers keep idle connections to a pod 60 s; closing
     them first would let a proxy send a POST into a closing connection (a 502)."""
     default = _settings_from(one(render(), "ConfigMap")["data"])
     assert default.keep_alive_timeout_s == 75

@@ -54,6 +54,7 @@ from core.loading import settings_encoder
 from core.settings import DATA_DIR, get_settings
 from models.anchors import read_sentences
 from models.encoder import Encoder
+from service.heap import freeze_heap
 
 BASELINE_BATCH = 64
 REDIS_PREFIX = "rankserve-bench"  # the server's document keys, deleted when it stops
@@ -282,6 +283,9 @@ def main() -> None:
     several = Tally(f"(c) HTTP, {args.clients} clients x {args.texts} texts")
     with running_service(free_port()) as service:
         info = httpx.get(f"{service.url}/info").json()
+        # The clients run here, beside torch and the encoder: as in the server, a full
+        # collection of what setup built would stall them for hundreds of ms.
+        freeze_heap(thaw=False)
         scenarios: list[Callable[[], None]] = [
             lambda: in_process(baseline, worker, encoder, sentences, BASELINE_BATCH, args.seconds),
             *(

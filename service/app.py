@@ -80,7 +80,7 @@ async def load_first_engine(services: Services, loader: EngineLoader) -> None:
         services.holder.load_error = "the model failed to load"
         return
     else:
-        services.switch.first(engine)
+        await services.switch.first(engine)
     finally:
         services.holder.first_attempt.set()
 

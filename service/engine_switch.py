@@ -3,7 +3,8 @@ document index staged for the new encoder), and anchors sampled from the documen
 
 Every replacement is one assignment in the holder, so a request that took the old engine
 finishes on it. With a document index, a new encoder's index is built beside the live one
-and installed together with the engine, under the index's lock.
+and installed together with the engine, under the index's lock. After a new engine is in,
+the heap is frozen out of the garbage collector's sight (service/heap.py).
 """
 
 import asyncio
@@ -16,6 +17,7 @@ from core.store_types import CorpusSnapshot
 from models.anchors import AnchorSet
 from models.cpu_products import prepare_anchors
 from service.engine import Engine, EngineHolder
+from service.heap import freeze_heap
 from service.metrics import Metrics
 
 logger = logging.getLogger(__name__)
@@ -37,13 +39,14 @@ class EngineSwitch:
         self.anchor_dtype = anchor_dtype
         self.index: IndexStager | None = None  # set by the corpus component
 
-    def first(self, engine: Engine) -> None:
+    async def first(self, engine: Engine) -> None:
         """The engine a replica starts with (service/app.py)."""
-        engine = self._held(engine)
+        engine = await asyncio.to_thread(self._held, engine)
         self._install(engine)
         logger.info(
             "serving %s (%s), %d anchors", engine.name, engine.version, engine.anchors.count
         )
+        await asyncio.to_thread(freeze_heap, thaw=False)
 
     async def swap(self, engine: Engine, snapshot: CorpusSnapshot | None) -> None:
         """A hot swap (service/swap.py): the index for `engine` first, then both at once."""
@@ -53,6 +56,7 @@ class EngineSwitch:
             self._install(engine)
         else:
             await self.index.stage(engine, snapshot, lambda: self._install(engine))
+        await asyncio.to_thread(freeze_heap, thaw=True)
 
     async def replace_anchors(self, engine: Engine, anchors: AnchorSet) -> bool:
         """Give the live engine new anchors; only if it is still `engine` (not swapped since)."""

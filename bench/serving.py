@@ -72,6 +72,7 @@ class Tally:
     batches: float = 0.0
     client_cpu_s: float = 0.0
     cpu_s: float = 0.0  # CPU time of everything doing the work: encoder, server, clients
+    event_loop_cpu_s: float = 0.0  # the server's main thread's share of cpu_s
     round_rates: list[float] = field(default_factory=list)  # sentences/s in each round
 
     def add_round(self, sentences: int, seconds: float) -> None:
@@ -94,9 +95,10 @@ class Service:
     pid: int
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far, from /proc (Linux)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU time so far of a process, or of one of its threads, from /proc (Linux)."""
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -107,9 +109,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_service(port: int, documents: list[str] | None = None) -> Iterator[Service]:
-    """`rankserve serve` in a subprocess, ready, with `documents` indexed (none by default);
-    stopped with SIGINT afterwards."""
+def running_service(
+    port: int, documents: list[str] | None = None, settings: dict[str, str] | None = None
+) -> Iterator[Service]:
+    """`rankserve serve` in a subprocess, ready, with `documents` indexed (none by default) and
+    `settings` (RANKSERVE_* variables) on top of this process's; stopped with SIGINT afterwards."""
     scratch = tempfile.TemporaryDirectory()
     corpus = Path(scratch.name) / "documents.jsonl"
     # The demo-corpus setting indexes the file on the first start of an empty store.
@@ -118,6 +122,7 @@ def running_service(port: int, documents: list[str] | None = None) -> Iterator[S
     env = {key: value for key, value in os.environ.items() if key != "RANKSERVE_API_KEY"}
     # Keys of its own, deleted when it stops.
     env.update(RANKSERVE_DEMO_CORPUS=str(corpus), RANKSERVE_REDIS_PREFIX=REDIS_PREFIX)
+    env.update(settings or {})
     command = [sys.executable, "-m", "cli.main", "serve", "--port", str(port)]
     process = subprocess.Popen([*command, "--log-level", "warning"], env=env)
     url = f"http://127.0.0.1:{port}"
@@ -222,7 +227,10 @@ async def http_clients(
         await asyncio.gather(*(client(i, warm_until, False) for i in range(clients)))
         start, cpu_start = time.perf_counter(), time.process_time()
         server_cpu_start = cpu_seconds(service.pid)
+        event_loop_cpu_start = cpu_seconds(service.pid, thread=service.pid)
         await asyncio.gather(*(client(i, start + seconds, True) for i in range(clients)))
+        tally.event_loop_cpu_s += cpu_seconds(service.pid, thread=service.pid)
+        tally.event_loop_cpu_s -= event_loop_cpu_start
         tally.add_round(done, time.perf_counter() - start)
         client_cpu = time.process_time() - cpu_start
         tally.client_cpu_s += client_cpu

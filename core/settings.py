@@ -92,6 +92,8 @@ class Settings(BaseSettings):
     # 0: a request that finds the encoder idle leaves at once; those that come while it runs
     # leave together after it. Waiting 5 ms cost a lone query 5 ms and gained no throughput.
     batch_wait_ms: float = Field(default=0.0, ge=0.0, le=1000.0)
+    # What a replica keeps for life, out of the garbage collector's sight (service/heap.py).
+    freeze_heap: bool = True
     # Serving and in-process alike (models/encoder.py's token_budget_slices); see configuration.md.
     max_batch_tokens: int | None = Field(
         default=None, ge=1, description="padded tokens per forward; None: by device"

@@ -102,7 +102,9 @@ def create_app(
         limits=Limits.from_settings(settings),
         holder=holder,
         metrics=metrics_,
-        switch=EngineSwitch(holder, metrics_, settings.anchor_dtype),
+        switch=EngineSwitch(
+            holder, metrics_, settings.anchor_dtype, freezes_heap=settings.freeze_heap
+        ),
         batcher=Batcher(
             metrics_,
             max_batch_size=settings.encode_batch_size,

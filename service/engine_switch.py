@@ -32,11 +32,14 @@ class IndexStager(Protocol):
 
 
 class EngineSwitch:
-    def __init__(self, holder: EngineHolder, metrics: Metrics, anchor_dtype: str) -> None:
+    def __init__(
+        self, holder: EngineHolder, metrics: Metrics, anchor_dtype: str, *, freezes_heap: bool
+    ) -> None:
         self.holder = holder
         self.metrics = metrics
         # How every engine it installs holds its anchors (RANKSERVE_ANCHOR_DTYPE).
         self.anchor_dtype = anchor_dtype
+        self.freezes_heap = freezes_heap  # RANKSERVE_FREEZE_HEAP
         self.index: IndexStager | None = None  # set by the corpus component
 
     async def first(self, engine: Engine) -> None:
@@ -46,7 +49,7 @@ class EngineSwitch:
         logger.info(
             "serving %s (%s), %d anchors", engine.name, engine.version, engine.anchors.count
         )
-        await asyncio.to_thread(freeze_heap, thaw=False)
+        await self._freeze_heap(thaw=False)
 
     async def swap(self, engine: Engine, snapshot: CorpusSnapshot | None) -> None:
         """A hot swap (service/swap.py): the index for `engine` first, then both at once."""
@@ -56,7 +59,7 @@ class EngineSwitch:
             self._install(engine)
         else:
             await self.index.stage(engine, snapshot, lambda: self._install(engine))
-        await asyncio.to_thread(freeze_heap, thaw=True)
+        await self._freeze_heap(thaw=True)
 
     async def replace_anchors(self, engine: Engine, anchors: AnchorSet) -> bool:
         """Give the live engine new anchors; only if it is still `engine` (not swapped since)."""
@@ -65,6 +68,10 @@ class EngineSwitch:
             return False
         self._install(held)
         return True
+
+    async def _freeze_heap(self, *, thaw: bool) -> None:
+        if self.freezes_heap:
+            await asyncio.to_thread(freeze_heap, thaw=thaw)
 
     def _held(self, engine: Engine) -> Engine:
         """`engine` with its anchors in this switch's dtype, the one place they are converted,

@@ -2,13 +2,12 @@
 
 A replica's imports (torch, transformers, OpenVINO, NNCF) leave about 490,000 objects that the
 collector tracks, and the engine adds its own. They live as long as the process, yet every full
-collection walked them all: 255 ms on an idle 2-core AMD EPYC Zen 4, 360-520 ms under load,
-with the GIL held, so the event loop stopped and the encoder, out of requests, went idle. Under
-64 one-text clients that came every 6 s, and with the smaller collections it cost 0.17 ms of
-the event loop's CPU per request (docs/benchmarks.md, thirty-first session). `gc.freeze()`
-moves every tracked object into a permanent generation the collector skips (CPython's own
-advice for long-lived startup state); afterwards a full collection walks only what was made
-since.
+collection walked them all: 255 ms on an idle 2-core AMD EPYC Zen 4, 360-610 ms under load, with
+the GIL held, so no request moved and the encoder ran out of work. Under 64 one-text clients that
+came every 6 s or so, and doubled the p99 latency (`python -m bench.heap`, docs/api.md).
+`gc.freeze()` moves every tracked object into a permanent generation that collections skip
+(CPython's advice for long-lived startup state); a full collection then walks only what was
+made since, in about 2 ms. RANKSERVE_FREEZE_HEAP=false turns this off.
 
 A swap thaws the heap first, so the collector can reclaim the previous engine's cycles once the
 requests that still hold it have finished (a later swap's thaw reclaims whatever was frozen

@@ -62,8 +62,17 @@ def test_a_replica_freezes_its_heap_once_its_first_engine_is_in(tmp_path: Path, 
 
 
 def test_a_swap_freezes_the_heap_with_the_new_engine_in(engine: Engine):
-    switch = EngineSwitch(EngineHolder(), Metrics(), "float32")
+    switch = EngineSwitch(EngineHolder(), Metrics(), "float32", freezes_heap=True)
     before_swap = cycle()
     asyncio.run(switch.swap(engine, None))
     assert switch.holder.current is engine
     assert not tracked(before_swap)
+
+
+def test_a_replica_told_not_to_leaves_its_heap_to_the_collector(tmp_path: Path, engine: Engine):
+    before_start = cycle()
+    with serve(make_settings(tmp_path, freeze_heap=False), loader=fixed_engine(engine)) as server:
+        server.wait_ready()
+        first_attempt = server.services.holder.first_attempt
+        wait_until(first_attempt.is_set, message="the first engine never went in")
+        assert tracked(before_start)

@@ -227,6 +227,7 @@ async def http_clients(
         await asyncio.gather(*(client(i, warm_until, False) for i in range(clients)))
         start, cpu_start = time.perf_counter(), time.process_time()
         server_cpu_start = cpu_seconds(service.pid)
+        # The event loop runs in the server's main thread, whose id is the process's.
         event_loop_cpu_start = cpu_seconds(service.pid, thread=service.pid)
         await asyncio.gather(*(client(i, start + seconds, True) for i in range(clients)))
         tally.event_loop_cpu_s += cpu_seconds(service.pid, thread=service.pid)

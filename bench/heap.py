@@ -7,7 +7,7 @@ this process's RANKSERVE_* settings, RANKSERVE_ENCODER_BACKEND included). For ea
 the rounds alternate between them (frozen first, then the other first), so that a neighbour's
 load weighs on both alike. Prints, per server: requests/s; the frozen one's ratio to the other,
 per round and their median; the event loop's CPU per request (the server's main thread, from
-/proc); latency p50, p99, p99.9 and the slowest request. The clients are bench.serving's
+/proc); latency p50, p99, p99.9 and the slowest request. The clients are bench/served.py's
 (aiohttp, in this process, whose heap is frozen too).
 
     python -m bench.heap [--clients 16 64] [--rounds 6] [--seconds 10]
@@ -20,11 +20,10 @@ import statistics
 import sys
 from contextlib import ExitStack
 
-from bench.serving import Tally, free_port, http_clients, running_service
+from bench.served import Tally, free_port, http_clients, running_service
 from bench.timing import load_average, percentile, say
 from core.settings import DATA_DIR
 from models.anchors import read_sentences
-from service.heap import freeze_heap
 
 SERVERS = {"frozen": "true", "not frozen": "false"}  # label: RANKSERVE_FREEZE_HEAP
 
@@ -47,7 +46,6 @@ def main() -> None:
             )
             for label, value in SERVERS.items()
         }
-        freeze_heap(thaw=False)  # the clients' process: see bench.serving
         say(f"one-text /encode clients, {args.rounds} rounds of {args.seconds:g} s per server")
         say(
             "| clients | server | requests/s | frozen ÷ not per round (median) | event loop ms"

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 import httpx
 
-from bench.serving import free_port, running_service
+from bench.served import free_port, running_service
 from bench.timing import interleaved_ms, load_average, percentile, say
 from core.settings import DATA_DIR
 from models.anchors import read_sentences

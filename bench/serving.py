@@ -16,10 +16,7 @@ plus clients, from /proc), which a neighbour's load does not distort, the mean b
 dynamic batcher formed (from /metrics), and the clients' CPU per request: the clients run in
 this process, on the same cores as the server, so their HTTP work is part of what is measured.
 
-The clients are aiohttp's, not httpx's: on a 2-core AMD EPYC Zen 4 (load 1.3-1.9) httpx's
-AsyncClient took 1.44 ms of CPU per one-text request with 16 connections and 10.0 ms with 64,
-where the server then formed batches of 1.6 texts for want of requests, against aiohttp's 0.25
-and 0.17 ms (batches of 8.0 and 31.4): httpx's pool measured itself more than the server.
+The clients are aiohttp's, not httpx's (bench/served.py says why).
 
     python -m bench.serving [--seconds 10] [--rounds 5] [--single-clients 16 64]
         [--clients 16] [--texts 8] [--small-batches 32 16 8]
@@ -27,134 +24,27 @@ and 0.17 ms (batches of 8.0 and 31.4): httpx's pool measured itself more than th
 
 import argparse
 import asyncio
-import json
 import os
 import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
 
-import aiohttp
 import httpx
-import redis
 import torch
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
+from bench.served import Service, Tally, free_port, http_clients, running_service
 from bench.timing import percentile
 from core.loading import settings_encoder
 from core.settings import DATA_DIR, get_settings
 from models.anchors import read_sentences
 from models.encoder import Encoder
-from service.heap import freeze_heap
 
 BASELINE_BATCH = 64
-REDIS_PREFIX = "rankserve-bench"  # the server's document keys, deleted when it stops
-
-
-@dataclass
-class Tally:
-    """One scenario's totals over every round."""
-
-    label: str
-    sentences: int = 0
-    seconds: float = 0.0
-    latencies: list[float] = field(default_factory=list)
-    batched_texts: float = 0.0
-    batches: float = 0.0
-    client_cpu_s: float = 0.0
-    cpu_s: float = 0.0  # CPU time of everything doing the work: encoder, server, clients
-    event_loop_cpu_s: float = 0.0  # the server's main thread's share of cpu_s
-    round_rates: list[float] = field(default_factory=list)  # sentences/s in each round
-
-    def add_round(self, sentences: int, seconds: float) -> None:
-        self.sentences += sentences
-        self.seconds += seconds
-        self.round_rates.append(sentences / seconds)
-
-    @property
-    def per_second(self) -> float:
-        return self.sentences / self.seconds
-
-    @property
-    def per_cpu_second(self) -> float:
-        return self.sentences / self.cpu_s
-
-
-@dataclass(frozen=True)
-class Service:
-    url: str
-    pid: int
-
-
-def cpu_seconds(pid: int, thread: int | None = None) -> float:
-    """User + system CPU time so far of a process, or of one of its threads, from /proc (Linux)."""
-    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
-    fields = stat.read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def running_service(
-    port: int, documents: list[str] | None = None, settings: dict[str, str] | None = None
-) -> Iterator[Service]:
-    """`rankserve serve` in a subprocess, ready, with `documents` indexed (none by default) and
-    `settings` (RANKSERVE_* variables) on top of this process's; stopped with SIGINT afterwards."""
-    scratch = tempfile.TemporaryDirectory()
-    corpus = Path(scratch.name) / "documents.jsonl"
-    # The demo-corpus setting indexes the file on the first start of an empty store.
-    lines = (json.dumps({"id": f"doc-{i}", "text": text}) for i, text in enumerate(documents or []))
-    corpus.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-    env = {key: value for key, value in os.environ.items() if key != "RANKSERVE_API_KEY"}
-    # Keys of its own, deleted when it stops.
-    env.update(RANKSERVE_DEMO_CORPUS=str(corpus), RANKSERVE_REDIS_PREFIX=REDIS_PREFIX)
-    env.update(settings or {})
-    command = [sys.executable, "-m", "cli.main", "serve", "--port", str(port)]
-    process = subprocess.Popen([*command, "--log-level", "warning"], env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600  # a first start encodes the anchors (~1 min)
-        waiting_for = "no answer yet"
-        with httpx.Client(base_url=url, timeout=5) as http:
-            while True:
-                if process.poll() is not None:
-                    raise RuntimeError(f"rankserve serve exited with {process.returncode}")
-                try:
-                    ready = http.get("/ready")
-                    if ready.status_code == 200:
-                        break
-                    waiting_for = ready.json()["error"]["message"]
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"rankserve serve did not become ready: {waiting_for}")
-                time.sleep(0.5)
-        yield Service(url, process.pid)
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        scratch.cleanup()
-        store = redis.Redis.from_url(get_settings().redis_url)
-        for key in store.scan_iter(match=f"{REDIS_PREFIX}:*"):
-            store.delete(key)
-        store.close()
 
 
 def in_process(
@@ -188,54 +78,6 @@ def batch_totals(url: str) -> tuple[float, float]:
         for sample in family.samples
     }
     return values["rankserve_batch_size_sum"], values["rankserve_batch_size_count"]
-
-
-async def http_clients(
-    tally: Tally,
-    service: Service,
-    sentences: list[str],
-    clients: int,
-    per_request: int,
-    seconds: float,
-) -> None:
-    """`clients` concurrent loops of POST /encode, `per_request` texts each, for `seconds`."""
-    bodies = [
-        json.dumps({"texts": sentences[i : i + per_request]}).encode()
-        for i in range(0, len(sentences) - per_request + 1, per_request)
-    ]
-    headers = {"content-type": "application/json"}
-    connector = aiohttp.TCPConnector(limit=clients)
-    timeout = aiohttp.ClientTimeout(total=60)
-    async with aiohttp.ClientSession(service.url, connector=connector, timeout=timeout) as http:
-        done = 0
-
-        async def client(offset: int, until: float, record: bool) -> None:
-            nonlocal done
-            sent = offset
-            while time.perf_counter() < until:
-                began = time.perf_counter()
-                body = bodies[sent % len(bodies)]
-                async with http.post("/encode", data=body, headers=headers) as response:
-                    await response.read()
-                    response.raise_for_status()
-                if record:
-                    tally.latencies.append(time.perf_counter() - began)
-                    done += per_request
-                sent += clients
-
-        warm_until = time.perf_counter() + 1  # connections open, the server's queue full
-        await asyncio.gather(*(client(i, warm_until, False) for i in range(clients)))
-        start, cpu_start = time.perf_counter(), time.process_time()
-        server_cpu_start = cpu_seconds(service.pid)
-        # The event loop runs in the server's main thread, whose id is the process's.
-        event_loop_cpu_start = cpu_seconds(service.pid, thread=service.pid)
-        await asyncio.gather(*(client(i, start + seconds, True) for i in range(clients)))
-        tally.event_loop_cpu_s += cpu_seconds(service.pid, thread=service.pid)
-        tally.event_loop_cpu_s -= event_loop_cpu_start
-        tally.add_round(done, time.perf_counter() - start)
-        client_cpu = time.process_time() - cpu_start
-        tally.client_cpu_s += client_cpu
-        tally.cpu_s += client_cpu + cpu_seconds(service.pid) - server_cpu_start
 
 
 def over_http(
@@ -292,9 +134,6 @@ def main() -> None:
     several = Tally(f"(c) HTTP, {args.clients} clients x {args.texts} texts")
     with running_service(free_port()) as service:
         info = httpx.get(f"{service.url}/info").json()
-        # The clients run here, beside torch and the encoder: as in the server, a full
-        # collection of what setup built would stall them for hundreds of ms.
-        freeze_heap(thaw=False)
         scenarios: list[Callable[[], None]] = [
             lambda: in_process(baseline, worker, encoder, sentences, BASELINE_BATCH, args.seconds),
             *(

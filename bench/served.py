@@ -26,6 +26,7 @@ from pathlib import Path
 import aiohttp
 import httpx
 import redis
+from prometheus_client.parser import text_string_to_metric_families
 
 from core.settings import get_settings
 from service.heap import freeze_heap
@@ -143,7 +144,8 @@ async def http_clients(
     per_request: int,
     seconds: float,
 ) -> None:
-    """`clients` concurrent loops of POST /encode, `per_request` texts each, for `seconds`."""
+    """`clients` concurrent loops of POST /encode, `per_request` texts each, for `seconds`;
+    the round's sentences, latencies, CPU times and the batches the server formed go to `tally`."""
     bodies = [
         json.dumps({"texts": sentences[i : i + per_request]}).encode()
         for i in range(0, len(sentences) - per_request + 1, per_request)
@@ -170,6 +172,7 @@ async def http_clients(
 
         warm_until = time.perf_counter() + 1  # connections open, the server's queue full
         await asyncio.gather(*(client(i, warm_until, False) for i in range(clients)))
+        texts_before, batches_before = await batch_totals(http)
         start, cpu_start = time.perf_counter(), time.process_time()
         server_cpu_start = cpu_seconds(service.pid)
         # The event loop runs in the server's main thread, whose id is the process's.
@@ -181,3 +184,18 @@ async def http_clients(
         client_cpu = time.process_time() - cpu_start
         tally.client_cpu_s += client_cpu
         tally.cpu_s += client_cpu + cpu_seconds(service.pid) - server_cpu_start
+        texts_after, batches_after = await batch_totals(http)
+        tally.batched_texts += texts_after - texts_before
+        tally.batches += batches_after - batches_before
+
+
+async def batch_totals(http: aiohttp.ClientSession) -> tuple[float, float]:
+    """(texts, batches) the server's batcher has formed so far, from its /metrics."""
+    async with http.get("/metrics") as response:
+        text = await response.text()
+    values = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    return values["rankserve_batch_size_sum"], values["rankserve_batch_size_count"]

@@ -33,11 +33,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import torch
-from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 from rich.table import Table
 
-from bench.served import Service, Tally, free_port, http_clients, running_service
+from bench.served import Tally, free_port, http_clients, running_service
 from bench.timing import percentile
 from core.loading import settings_encoder
 from core.settings import DATA_DIR, get_settings
@@ -67,32 +66,6 @@ def in_process(
         done += len(batch)
     tally.add_round(done, time.perf_counter() - start)
     tally.cpu_s += time.process_time() - cpu_start
-
-
-def batch_totals(url: str) -> tuple[float, float]:
-    """(texts, batches) the server's batcher has formed so far."""
-    text = httpx.get(f"{url}/metrics").text
-    values = {
-        sample.name: sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-    return values["rankserve_batch_size_sum"], values["rankserve_batch_size_count"]
-
-
-def over_http(
-    tally: Tally,
-    service: Service,
-    sentences: list[str],
-    clients: int,
-    per_request: int,
-    seconds: float,
-) -> None:
-    texts_before, batches_before = batch_totals(service.url)
-    asyncio.run(http_clients(tally, service, sentences, clients, per_request, seconds))
-    texts_after, batches_after = batch_totals(service.url)
-    tally.batched_texts += texts_after - texts_before
-    tally.batches += batches_after - batches_before
 
 
 def main() -> None:
@@ -143,10 +116,14 @@ def main() -> None:
                 for size, tally in small.items()
             ),
             *(
-                lambda n=n, tally=tally: over_http(tally, service, sentences, n, 1, args.seconds)
+                lambda n=n, tally=tally: asyncio.run(
+                    http_clients(tally, service, sentences, n, 1, args.seconds)
+                )
                 for n, tally in singles.items()
             ),
-            lambda: over_http(several, service, sentences, args.clients, args.texts, args.seconds),
+            lambda: asyncio.run(
+                http_clients(several, service, sentences, args.clients, args.texts, args.seconds)
+            ),
         ]
         for _ in range(args.rounds):
             for scenario in scenarios:

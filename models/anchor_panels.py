@@ -1,49 +1,36 @@
-"""The anchor matrix in panels, and the CPU kernel that multiplies rows with it.
+"""The anchor matrix in panels, as the CPU kernel of models/panel_kernels.py reads it.
 
 Rank vectors (Eq. 2) need the cosine of each input to every anchor, a (rows, dim) x (dim, m)
 product, and each output must have the same bits whatever else is in the batch
-(models/cpu_products.py says why). Here every output is one float32 sum over the dimensions
-in their order, fused multiply-adds, and nothing else: which rows are multiplied together, or
-where the anchors are split between cores, cannot change a bit.
+(models/cpu_products.py says why); the kernel's sums see to that.
 
 The anchors are copied once into panels of 32 (m / 32 panels of (dim, 32), the last padded
-with zeros; bfloat16 anchors stay bfloat16, widened as they are loaded, and anchors on the
-int8 grid of models/anchor_formats.py go in as int8, each sum times the anchor's power of two
-at its end), so the kernel runs along the anchors: per dimension it loads 32 anchors' values
-and adds them, times each of eight rows (then four or two, for the rest), to 8 x 32
-accumulators held in registers (models/numba_intrinsics.py). That is for AVX-512's 32 vector
-registers; AVX2 has 16, which eight rows overflow, so there rows go by threes (12 registers),
-then twos: 3 x 32 ran 1.96-2.16x as fast as the eights on one core, 56-57 GFLOP/s, where 6 x 16,
-4 x 16, 5 x 16 and 12 x 8 ran 1.1-2.1x (int8 anchors, 120 rows at M = 100k and 96 at 10k,
-AMD EPYC Zen 3, a script, load 1.0-1.5). With AVX-512 the eights ran 1.17-1.19x as fast as
-the threes on the same rows (AMD EPYC Zen 4, load 0.9). The kernel it replaced ran along
-the dimensions, four anchors by two rows, and added up each output's vector lanes at its end.
-Against it, on one core, AMD EPYC Zen 4 (a script alternating the two, load 0.3-0.5),
-bfloat16 anchors at M = 10k: 11 rows (what an exact search verifies) 1.15 ms against 1.64, one
-row (a query) 0.36 against 0.41, 40 rows 1.10x, 128 rows 0.99x; float32 1.1-2.1x from 1 to
-128 rows; docs/benchmarks.md has the table.
-Each sum rounds at every step where a sum over vector lanes rounds fewer times (largest error
-against float64 4e-6 here, 6e-7 there), far below the bfloat16 rounding of the anchors
-themselves (4e-3 relative).
-
-The panels are built on first use of an anchor matrix (one pass over it) and kept while that
-tensor lives and is not modified in place: 7.7 MB for 10k bfloat16 anchors of 384 dimensions,
-77 MB at 100k, half that on the int8 grid, beside the matrix itself.
+with zeros; bfloat16 anchors stay bfloat16, and anchors on the int8 grid of
+models/anchor_formats.py go in as int8 with each anchor's power of two beside them), so the
+kernel reads 32 anchors' values of one dimension at a time. The panels are built on first use
+of an anchor matrix (one pass over it) and kept while that tensor lives and is not modified in
+place: 7.7 MB for 10k bfloat16 anchors of 384 dimensions, 77 MB at 100k, half that on the int8
+grid, beside the matrix itself.
 """
 
-import functools
 import threading
 import weakref
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from models import panel_kernels
 from models.anchor_formats import int8_grid
-from models.numba_jit import avx512, compile_kernel
+from models.numba_jit import avx512
+from models.panel_kernels import WIDTH
 
-WIDTH = 32  # anchors per panel: two 512-bit registers of float32
+# Rows by threes from which int8 and bfloat16 panels are widened to float32 once per panel, not
+# once per group: at M = 100k on one core, 16 rows took 54 ms against 61, 64 rows 156 against
+# 228 and 128 rows 290 against 443 (as fast as float32 panels, 285), where 11 rows took 42
+# against 40 and a single row 23 against 9 (int8; bfloat16 alike; AMD EPYC Zen 1, load 0.1-0.7).
+# Not measured by eights, on AVX-512, which widen each value for eight rows: they never widen.
+WIDEN_ROWS = 16
 
 
 class Panels(NamedTuple):
@@ -51,15 +38,6 @@ class Panels(NamedTuple):
     scales: np.ndarray  # (count, WIDTH) float32: each anchor's 2**e on the int8 grid, else 1
 
 
-# Bound by _kernel: numba resolves what a kernel calls among the module's globals when it
-# compiles the kernel, and numba is imported only then (models/numba_jit.py).
-_two_rows: Any = None
-_three_rows: Any = None  # the compiled _three_rows_py
-_four_rows: Any = None  # the compiled _four_rows_py
-_eight_rows: Any = None  # the compiled _eight_rows_py
-as_float32: Any = None
-carray: Any = None
-stack_float32: Any = None
 _panels: dict[int, tuple[weakref.ref[torch.Tensor], int, Panels]] = {}
 _lock = threading.Lock()
 
@@ -102,207 +80,8 @@ def _build(anchors: torch.Tensor) -> Panels:
     return Panels(values, padded_scales.view(count, WIDTH).numpy())
 
 
-def _two_rows_py(
-    rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int, begin: int
-) -> None:
-    """_four_rows_py by twos: one or two rows (a query, a pair) took 0.31 ms against 0.34 by
-    fours, 0.92-0.94 against 1.03-1.05 with the matrix out of the caches (bfloat16, M = 10k,
-    one script, Intel Xeon with AMX)."""
-    count, dim = rows.shape
-    width = min(WIDTH, out.shape[1] - first)
-    a0 = carray(stack_float32(WIDTH), (WIDTH,))
-    a1 = carray(stack_float32(WIDTH), (WIDTH,))
-    for i in range(begin, count, 2):
-        i1 = min(i + 1, count - 1)
-        for lane in range(WIDTH):
-            a0[lane] = a1[lane] = 0.0
-        for k in range(dim):
-            x0, x1 = rows[i, k], rows[i1, k]
-            for lane in range(WIDTH):
-                anchor = as_float32(panel[k, np.uint64(lane)])
-                a0[lane] += x0 * anchor
-                a1[lane] += x1 * anchor
-        for lane in range(width):
-            column = first + lane
-            out[i, column], out[i1, column] = a0[lane] * scale[lane], a1[lane] * scale[lane]
-
-
-def _four_rows_py(
-    rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int, begin: int
-) -> None:
-    """out[begin:, first:first + WIDTH] = rows[begin:] (r, dim) . the anchors of one panel
-    (dim, WIDTH) times their scales (WIDTH,), four rows per pass, a short last group repeating
-    its last row; the columns past out's are not written. Its own pass, though _two_rows_py
-    could do these rows too: 3 to 14 rows took 1.05-1.35x as long with twos after the eights,
-    called back to back (bfloat16, M = 10k, one script, Intel Xeon with AMX, load 0.6-0.8)."""
-    count, dim = rows.shape
-    width = min(WIDTH, out.shape[1] - first)
-    a0 = carray(stack_float32(WIDTH), (WIDTH,))
-    a1 = carray(stack_float32(WIDTH), (WIDTH,))
-    a2 = carray(stack_float32(WIDTH), (WIDTH,))
-    a3 = carray(stack_float32(WIDTH), (WIDTH,))
-    for i in range(begin, count, 4):
-        i1, i2, i3 = min(i + 1, count - 1), min(i + 2, count - 1), min(i + 3, count - 1)
-        for lane in range(WIDTH):
-            a0[lane] = a1[lane] = a2[lane] = a3[lane] = 0.0
-        for k in range(dim):
-            x0, x1, x2, x3 = rows[i, k], rows[i1, k], rows[i2, k], rows[i3, k]
-            for lane in range(WIDTH):
-                # An unsigned index: numba then adds no wraparound test, and the loads vectorise.
-                anchor = as_float32(panel[k, np.uint64(lane)])
-                a0[lane] += x0 * anchor
-                a1[lane] += x1 * anchor
-                a2[lane] += x2 * anchor
-                a3[lane] += x3 * anchor
-        for lane in range(width):
-            column, factor = first + lane, scale[lane]
-            out[i, column], out[i1, column] = a0[lane] * factor, a1[lane] * factor
-            out[i2, column], out[i3, column] = a2[lane] * factor, a3[lane] * factor
-
-
-def _three_rows_py(
-    rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int
-) -> int:
-    """_four_rows_py's products for the rows in whole groups of three, the widest group whose
-    3 x 32 accumulators fit AVX2's registers; returns the first row left."""
-    count, dim = rows.shape
-    width = min(WIDTH, out.shape[1] - first)
-    a0 = carray(stack_float32(WIDTH), (WIDTH,))
-    a1 = carray(stack_float32(WIDTH), (WIDTH,))
-    a2 = carray(stack_float32(WIDTH), (WIDTH,))
-    whole = count - count % 3
-    for i in range(0, whole, 3):
-        for lane in range(WIDTH):
-            a0[lane] = a1[lane] = a2[lane] = 0.0
-        for k in range(dim):
-            x0, x1, x2 = rows[i, k], rows[i + 1, k], rows[i + 2, k]
-            for lane in range(WIDTH):
-                anchor = as_float32(panel[k, np.uint64(lane)])
-                a0[lane] += x0 * anchor
-                a1[lane] += x1 * anchor
-                a2[lane] += x2 * anchor
-        for lane in range(width):
-            column, factor = first + lane, scale[lane]
-            out[i, column], out[i + 1, column] = a0[lane] * factor, a1[lane] * factor
-            out[i + 2, column] = a2[lane] * factor
-    return whole
-
-
-def _eight_rows_py(
-    rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int
-) -> int:
-    """_four_rows_py's products for the rows in whole groups of eight; returns the first row
-    left. Eight rows share each load of the panel: 8 rows took 0.78 ms against 0.90 by fours,
-    11 rows 1.15 against 1.27 (bfloat16, M = 10k, one script, AMD EPYC Zen 4)."""
-    count, dim = rows.shape
-    width = min(WIDTH, out.shape[1] - first)
-    a0 = carray(stack_float32(WIDTH), (WIDTH,))
-    a1 = carray(stack_float32(WIDTH), (WIDTH,))
-    a2 = carray(stack_float32(WIDTH), (WIDTH,))
-    a3 = carray(stack_float32(WIDTH), (WIDTH,))
-    a4 = carray(stack_float32(WIDTH), (WIDTH,))
-    a5 = carray(stack_float32(WIDTH), (WIDTH,))
-    a6 = carray(stack_float32(WIDTH), (WIDTH,))
-    a7 = carray(stack_float32(WIDTH), (WIDTH,))
-    whole = count - count % 8
-    for i in range(0, whole, 8):
-        for lane in range(WIDTH):
-            a0[lane] = a1[lane] = a2[lane] = a3[lane] = 0.0
-            a4[lane] = a5[lane] = a6[lane] = a7[lane] = 0.0
-        for k in range(dim):
-            x0, x1, x2, x3 = rows[i, k], rows[i + 1, k], rows[i + 2, k], rows[i + 3, k]
-            x4, x5, x6, x7 = rows[i + 4, k], rows[i + 5, k], rows[i + 6, k], rows[i + 7, k]
-            for lane in range(WIDTH):
-                anchor = as_float32(panel[k, np.uint64(lane)])
-                a0[lane] += x0 * anchor
-                a1[lane] += x1 * anchor
-                a2[lane] += x2 * anchor
-                a3[lane] += x3 * anchor
-                a4[lane] += x4 * anchor
-                a5[lane] += x5 * anchor
-                a6[lane] += x6 * anchor
-                a7[lane] += x7 * anchor
-        for lane in range(width):
-            column, factor = first + lane, scale[lane]
-            out[i, column], out[i + 1, column] = a0[lane] * factor, a1[lane] * factor
-            out[i + 2, column], out[i + 3, column] = a2[lane] * factor, a3[lane] * factor
-            out[i + 4, column], out[i + 5, column] = a4[lane] * factor, a5[lane] * factor
-            out[i + 6, column], out[i + 7, column] = a6[lane] * factor, a7[lane] * factor
-    return whole
-
-
-def _panel_cosines_py(
-    rows: np.ndarray,
-    panels: np.ndarray,
-    scales: np.ndarray,
-    out: np.ndarray,
-    start: int,
-    stop: int,
-    eights: bool,
-) -> None:
-    """out[:, start:stop] = rows (r, dim) . anchors[start:stop]^T, from their panels
-    (count, dim, WIDTH) and scales (count, WIDTH); `start` is a multiple of WIDTH. Rows go by
-    eights where `eights` (AVX-512), else by threes, and the rest by fours or twos."""
-    for p in range(start // WIDTH, -(-stop // WIDTH)):
-        panel, scale, first = panels[p], scales[p], p * WIDTH
-        if eights:
-            begin = _eight_rows(rows, panel, scale, out, first)
-        else:
-            begin = _three_rows(rows, panel, scale, out, first)
-        if rows.shape[0] - begin > 2:
-            _four_rows(rows, panel, scale, out, first, begin)
-        else:
-            _two_rows(rows, panel, scale, out, first, begin)
-
-
-def _signatures(template: str) -> list[str]:
-    return [template.format(anchors=anchors) for anchors in ("uint16", "float32", "int8")]
-
-
-@functools.cache
-def _kernel() -> Callable[..., Any] | None:
-    """The compiled product, or None without numba. Only fused multiply-adds are allowed
-    (fastmath's "contract"), not reassociation: each sum keeps the order of the dimensions
-    in every compiled variant, which is what makes groups of eight rows, three, four or two,
-    any dtype's panels and any split of the anchors give the same bits."""
-    global _two_rows, _three_rows, _four_rows, _eight_rows, as_float32, carray, stack_float32
-    try:
-        from models import numba_intrinsics
-    except ImportError:
-        return None
-    as_float32, carray = numba_intrinsics.as_float32, numba_intrinsics.carray
-    stack_float32 = numba_intrinsics.stack_float32
-    flags = {"contract"}
-    rows, scale = "float32[:, ::1]", "float32[::1]"
-    _two_rows = compile_kernel(
-        _two_rows_py,
-        _signatures(f"void({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64, int64)"),
-        fastmath=flags,
-    )
-    _four_rows = compile_kernel(
-        _four_rows_py,
-        _signatures(f"void({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64, int64)"),
-        fastmath=flags,
-    )
-    _three_rows, _eight_rows = (
-        compile_kernel(
-            function,
-            _signatures(f"int64({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64)"),
-            fastmath=flags,
-        )
-        for function in (_three_rows_py, _eight_rows_py)
-    )
-    return compile_kernel(
-        _panel_cosines_py,
-        _signatures(
-            f"void({rows}, {{anchors}}[:, :, ::1], float32[:, ::1], {rows}, int64, int64, boolean)"
-        ),
-        fastmath=flags,
-    )
-
-
 def available() -> bool:
-    return _kernel() is not None
+    return panel_kernels.kernel() is not None
 
 
 def panel_cosines(
@@ -313,13 +92,17 @@ def panel_cosines(
     stop: int,
     *,
     eights: bool | None = None,
+    widen: bool | None = None,
 ) -> None:
     """out[:, start:stop] = rows (r, dim) float32 . the anchors of panels_of (columns start to
     stop; start a multiple of WIDTH). Needs numba (`available`). `eights`: group rows by
-    eights, by default where the compiled code has AVX-512; either grouping gives the same
-    bits."""
-    kernel = _kernel()
+    eights, by default where the compiled code has AVX-512; `widen`: copy each panel into
+    float32 first, by default for WIDEN_ROWS rows or more by threes. Every choice gives the
+    same bits."""
+    kernel = panel_kernels.kernel()
     assert kernel is not None, "panel_cosines needs numba"
-    kernel(
-        rows, panels.values, panels.scales, out, start, stop, avx512() if eights is None else eights
-    )
+    eights = avx512() if eights is None else eights
+    if widen is None:
+        narrow = panels.values.dtype != np.float32
+        widen = narrow and not eights and rows.shape[0] >= WIDEN_ROWS
+    kernel(rows, panels.values, panels.scales, out, start, stop, eights, widen)

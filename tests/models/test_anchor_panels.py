@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from models import anchor_panels, numba_jit
+from models import anchor_panels, numba_jit, panel_kernels
 from models.anchor_formats import hold, int8_grid
-from models.anchor_panels import WIDTH, Panels, panel_cosines, panels_of
+from models.anchor_panels import WIDEN_ROWS, WIDTH, Panels, panel_cosines, panels_of
 from models.cpu_products import anchor_cosines, prepare_anchors
 
 pytestmark = pytest.mark.skipif(not anchor_panels.available(), reason="needs numba")
@@ -103,11 +103,16 @@ def test_anchors_on_the_int8_grid_are_read_at_a_byte_a_value_with_the_same_bits(
         np.ascontiguousarray(wide.reshape(3, WIDTH, 48).transpose(0, 2, 1)),
         np.ones((3, WIDTH), dtype=np.float32),
     )
-    one_byte, two_bytes = np.empty((11, 70), np.float32), np.empty((11, 70), np.float32)
-    panel_cosines(rows.numpy(), panels, one_byte, 0, 70, eights=eights)
-    panel_cosines(rows.numpy(), bfloat16_panels, two_bytes, 0, 70, eights=eights)
-    assert np.array_equal(one_byte, two_bytes)
-    torch.testing.assert_close(torch.from_numpy(one_byte), rows @ held.float().T, atol=1e-6, rtol=0)
+    outputs = []
+    for source in (panels, bfloat16_panels):
+        for widen in (False, True):  # widened once per panel, or per group of rows
+            outputs.append(np.empty((11, 70), np.float32))
+            panel_cosines(rows.numpy(), source, outputs[-1], 0, 70, eights=eights, widen=widen)
+    for other in outputs[1:]:
+        assert np.array_equal(outputs[0], other)
+    torch.testing.assert_close(
+        torch.from_numpy(outputs[0]), rows @ held.float().T, atol=1e-6, rtol=0
+    )
 
 
 def test_rows_go_by_eights_only_where_the_compiled_code_has_avx512(
@@ -130,3 +135,26 @@ def test_rows_go_by_eights_only_where_the_compiled_code_has_avx512(
         assert numba_jit.avx512() is True
     finally:
         numba_jit.avx512.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("dtype", "count", "eights", "widened"),
+    [
+        ("int8", WIDEN_ROWS, False, True),
+        ("bfloat16", WIDEN_ROWS + 5, False, True),
+        ("int8", WIDEN_ROWS - 1, False, False),  # few rows: widening costs more than it saves
+        ("int8", 4 * WIDEN_ROWS, True, False),  # by eights: not measured, so never
+        ("float32", 4 * WIDEN_ROWS, False, False),  # nothing to widen
+    ],
+)
+def test_narrow_panels_are_widened_once_for_many_rows_by_threes(
+    monkeypatch: pytest.MonkeyPatch, dtype: str, count: int, eights: bool, widened: bool
+) -> None:
+    rng = np.random.default_rng(6)
+    anchors = unit_rows(rng, 40, 16)
+    panels = panels_of(anchors if dtype == "float32" else hold(anchors, dtype))
+    calls: list[bool] = []
+    monkeypatch.setattr(panel_kernels, "kernel", lambda: lambda *args: calls.append(args[-1]))
+    out = np.empty((count, 40), np.float32)
+    panel_cosines(unit_rows(rng, count, 16).numpy(), panels, out, 0, 40, eights=eights)
+    assert calls == [widened]

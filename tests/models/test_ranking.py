@@ -3,7 +3,7 @@ import pytest
 import torch
 from scipy.stats import rankdata, spearmanr
 
-from models import anchor_panels, cpu_products
+from models import cpu_products, panel_kernels
 from models import ordinal_ranks as ordinal_ranks_module
 from models.cpu_products import anchor_cosines, pair_dots, row_dots
 from models.ordinal_ranks import numpy_ranks, ordinal_ranks, ranks_into
@@ -192,7 +192,7 @@ def test_a_rows_products_do_not_depend_on_the_rest_of_the_batch() -> None:
 def test_without_numba_the_products_are_torchs(data, monkeypatch: pytest.MonkeyPatch) -> None:
     inputs, anchors = data
     monkeypatch.setattr(cpu_products, "_kernels", lambda: None)
-    monkeypatch.setattr(anchor_panels, "_kernel", lambda: None)
+    monkeypatch.setattr(panel_kernels, "kernel", lambda: None)
     assert torch.equal(anchor_cosines(inputs, anchors), inputs @ anchors.T)
     assert torch.equal(row_dots(inputs, anchors[0]), inputs @ anchors[0])
     left, right = torch.tensor([0, 2]), torch.tensor([1, 1])
@@ -237,6 +237,6 @@ def test_without_numba_bfloat16_anchors_are_multiplied_in_float32(
 ) -> None:
     generator = torch.Generator().manual_seed(1)
     inputs, anchors = unit_rows(generator, 3, 384), unit_rows(generator, 50, 384)
-    monkeypatch.setattr(anchor_panels, "_kernel", lambda: None)
+    monkeypatch.setattr(panel_kernels, "kernel", lambda: None)
     half = anchors.to(torch.bfloat16)
     assert torch.equal(anchor_cosines(inputs, half), inputs @ half.float().T)

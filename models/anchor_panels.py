@@ -29,7 +29,9 @@ from models.panel_kernels import WIDTH
 # once per group: at M = 100k on one core, 16 rows took 54 ms against 61, 64 rows 156 against
 # 228 and 128 rows 290 against 443 (as fast as float32 panels, 285), where 11 rows took 42
 # against 40 and a single row 23 against 9 (int8; bfloat16 alike; AMD EPYC Zen 1, load 0.1-0.7).
-# Not measured by eights, on AVX-512, which widen each value for eight rows: they never widen.
+# Rows by eights (AVX-512) widen each value once for eight rows already, and a widened copy did
+# not pay: 128 int8 rows took 160-214 ms against 169-206, 64 rows 105-113 against 96-110, 16
+# rows 33-50 against 18-27 (Intel Xeon with AMX, two runs, one core, load 1.0-1.4): never.
 WIDEN_ROWS = 16
 
 

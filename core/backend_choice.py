@@ -25,7 +25,7 @@ import torch
 
 from core.settings import Settings
 from models.atomic import atomic_write_json
-from models.backends import EXPORTED, Backend, available, build_variant
+from models.backends import EXPORTED, Backend, available, build_variant, openvino_precisions
 from models.checksums import sha256_directory, sha256_texts
 from models.cpu_info import cpu_has_bf16, cpu_identity
 from models.encoder import Encoder, default_model_path, load_encoder, pick_device
@@ -71,9 +71,9 @@ def dev_parity_set(settings: Settings, max_pairs: int | None = None) -> ParitySe
 def _setup(settings: Settings, dev: ParitySet) -> dict[str, Any]:
     """What parity numbers depend on besides the weights and the backend. The instruction
     sets and runtimes count too: without VNNI, int8 products round otherwise, enough to fail
-    `openvino-int8-static` (models/openvino_export.py), and the vendor decides OpenVINO's
+    `openvino-int8-static` (models/openvino_export.py), and the CPU decides OpenVINO's
     precision (models/openvino_runner.py), so a worker's numbers hold only for replicas on CPUs
-    like its own."""
+    like its own, running each graph in the precision it was checked in."""
     cpu = cpu_identity()
     return {
         "max_seq_length": settings.max_seq_length,
@@ -81,6 +81,7 @@ def _setup(settings: Settings, dev: ParitySet) -> dict[str, Any]:
         "cpu_vendor": cpu["vendor"],
         "cpu_flags": cpu["flags"],
         "packages": _package_versions(),
+        "openvino_precisions": openvino_precisions(),
     }
 
 
@@ -242,6 +243,7 @@ def choose_backend(settings: Settings, path: Path | None, variants: Path | None)
         "single_lengths": settings.openvino_single_lengths,
         "cpu": [cpu_identity(), os.cpu_count()],
         "packages": _package_versions(),
+        "openvino_precisions": openvino_precisions(),
         "installed": [b.value for b in _candidates(settings)],
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]

@@ -5,7 +5,7 @@ import bisect
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -15,19 +15,30 @@ if TYPE_CHECKING:
     import openvino as ov
 
 
-def runs_in_bf16(*, int8_graph: bool, cpuinfo: Path = CPUINFO) -> bool:
+# What an exported OpenVINO graph multiplies in: float32 weights, int8 weights (activations
+# quantised as each pass runs), or int8 weights and activations calibrated at export.
+Graph = Literal["fp32", "int8-weights", "int8-static"]
+
+
+def runs_in_bf16(graph: Graph, *, cpuinfo: Path = CPUINFO) -> bool:
     """Whether OpenVINO's CPU plugin should run a graph's float products in bf16 here. The
-    plugin would pick bf16 wherever the CPU has AVX512-BF16; what pays was measured, each time
-    alternating both precisions in one process (docs/benchmarks.md):
-    - AMX tiles: bf16, for every graph.
+    plugin would pick bf16 wherever the CPU has AVX512-BF16; what pays, and what stays right,
+    was measured, each time alternating both precisions in one process (docs/benchmarks.md):
+    - The int8-static graph: f32 everywhere. On an AMX Xeon, bf16 with the attention fused
+      into one kernel (exported eagerly, models/backends.py) moved embeddings far off fp32's:
+      mean cosine 0.9711, min 0.49 on the full dev sets, against 0.9968 in f32, which ran
+      0.84-1.09x as fast as the bf16 graph exported before the fusion (thirty-fourth session).
+    - AMX tiles: bf16 for the others.
     - An Intel Xeon with AVX512-BF16 and no AMX: f32 encoded 1.16-1.45x as many texts.
-    - AMD Zen 4 and Zen 5 (AVX512-BF16): bf16 made the f32 graph 1.2-1.9x and 1.5-1.6x as
+    - AMD Zen 4 and Zen 5 (AVX512-BF16): bf16 made the fp32 graph 1.2-1.9x and 1.5-1.6x as
       fast. For the int8 graphs, whose heavy products are int8 either way, bf16 moved the
       rest by 0.79-1.18x on the Zen 4 and within the noise on the Zen 5: they stay in f32.
     """
+    if graph == "int8-static":
+        return False
     if cpu_has_amx(cpuinfo):
         return True
-    return not int8_graph and cpu_has_bf16(cpuinfo) and cpu_vendor(cpuinfo) == "AuthenticAMD"
+    return graph == "fp32" and cpu_has_bf16(cpuinfo) and cpu_vendor(cpuinfo) == "AuthenticAMD"
 
 
 def single_graph(lengths: Sequence[int], texts: int, tokens: int) -> int | None:

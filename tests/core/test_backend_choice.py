@@ -119,6 +119,16 @@ def test_auto_measures_again_when_single_texts_run_in_other_graphs(
     assert len(calls) == 2
 
 
+def test_auto_measures_again_when_openvino_runs_in_another_precision(
+    settings: Settings, measurements: list[tuple[object, ...]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A choice made while a graph ran in bf16 (and failed parity there) says nothing of it in f32.
+    for precision in ("bf16", "f32", "bf16"):
+        monkeypatch.setattr(choice, "openvino_precisions", lambda p=precision: {"openvino": p})
+        assert choice.choose_backend(settings, None, None) == Backend.ONNX
+    assert len(measurements) == 2
+
+
 def test_auto_without_dev_sets_keeps_torch(tmp_path: Path) -> None:
     bare = Settings(var_dir=tmp_path / "var", data_dir=tmp_path, encoder_backend="auto")
     assert choice.choose_backend(bare, None, None) == Backend.TORCH
@@ -210,3 +220,7 @@ def test_a_bundles_parity_holds_only_on_a_cpu_with_the_workers_vendor_and_instru
     assert choice.read_parity(tmp_path, setup_on("GenuineIntel", ["avx2"])) == {}
     # With AVX512-BF16 OpenVINO runs in bf16 on AMD's cores and in f32 on Intel's.
     assert choice.read_parity(tmp_path, setup_on("AuthenticAMD", vnni)) == {}
+    # Nor do numbers a policy measured in another precision (as int8-static in bf16 on AMX was).
+    other = {"openvino-int8-static": "bf16"}
+    monkeypatch.setattr(choice, "openvino_precisions", lambda: other)
+    assert choice.read_parity(tmp_path, setup_on("GenuineIntel", vnni)) == {}

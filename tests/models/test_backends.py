@@ -13,6 +13,7 @@ from models.anchors import build_anchor_set
 from models.backends import (
     EXPORTED,
     OPENVINO,
+    OPENVINO_GRAPHS,
     VARIANT_JSON,
     Backend,
     available,
@@ -60,9 +61,14 @@ def _load(backend: Backend, cache: Path, single_lengths: tuple[int, ...] = ()) -
 # On these 150 pairs per task the int8 backends' gaps have read wider than on the full dev sets
 # that `auto` checks: onnx-int8 (which scales activations per batch, so its scores move with how
 # the texts are batched) 0.29 here against 0.03-0.10 there, openvino-int8-static 0.22 against
-# 0.055 (bench.encoder). Since attention is exported eagerly, 0.086 and 0.058 here on a Zen 4.
-# They are held to a wider bound here.
-SUBSET_TOLERANCE = {Backend.ONNX_INT8: 0.35, Backend.OPENVINO_INT8_STATIC: 0.35}
+# 0.055 (bench.encoder). Since attention is exported eagerly, 0.086 and 0.058 here on a Zen 4;
+# openvino-int8 in bf16 on an AMX Xeon 0.228 here against 0.081 there. They are held to a
+# wider bound here.
+SUBSET_TOLERANCE = {
+    Backend.ONNX_INT8: 0.35,
+    Backend.OPENVINO_INT8: 0.35,
+    Backend.OPENVINO_INT8_STATIC: 0.35,
+}
 # Without VNNI, OpenVINO's static int8 falls under the parity floor (models/openvino_export.py):
 # 0.9938 here on an AMD Zen 3, so `auto` leaves it out there. Still this close to fp32.
 NO_VNNI_COSINE_FLOOR = 0.99
@@ -242,7 +248,8 @@ def test_word_embeddings_looked_up_outside_the_graphs_change_nothing(
     assert isinstance(outside, OpenVinoRunner) and outside.word_embeddings is not None
     assert outside.word_embeddings.shape == (encoder.model.tokenizer.vocab_size, encoder.dim)
     path = next(exported_variants.rglob("model-int8-static.xml"))  # the variant just loaded
-    inside = OpenVinoRunner(path, threads=1, single_lengths=(16,))
+    bf16 = runs_in_bf16(OPENVINO_GRAPHS[backend])  # as _load ran it
+    inside = OpenVinoRunner(path, threads=1, single_lengths=(16,), bf16=bf16)
     assert inside.word_embeddings is None
     texts = [["a cat"], ["a cat", "a longer sentence about the rivers beyond the mountains"]]
     for batch in texts:  # one text: the static graph; two: the dynamic one
@@ -268,7 +275,7 @@ def test_openvino_runs_in_the_precision_that_pays_on_this_cpu(
     import openvino as ov
 
     runner = _load(backend, exported_variants).runner
-    bf16 = runs_in_bf16(int8_graph=backend != Backend.OPENVINO)
+    bf16 = runs_in_bf16(OPENVINO_GRAPHS[backend])
     expected = ov.Type.bf16 if bf16 else ov.Type.f32
     assert runner.compiled.get_property("INFERENCE_PRECISION_HINT") == expected  # type: ignore[attr-defined]
     assert runner.length_multiple == (16 if bf16 else 8)  # type: ignore[attr-defined]

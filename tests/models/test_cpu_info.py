@@ -13,7 +13,7 @@ from models.cpu_info import (
     cpu_identity,
     cpu_vendor,
 )
-from models.openvino_runner import runs_in_bf16
+from models.openvino_runner import Graph, runs_in_bf16
 
 XEON = "Intel(R) Xeon(R) Processor"
 
@@ -79,23 +79,23 @@ def test_int8_dot_products_are_read_from_the_cpu_flags(
 
 
 @pytest.mark.parametrize(
-    ("vendor", "flags", "f32_graph", "int8_graph"),
+    ("vendor", "flags", "bf16_graphs"),
     [
-        ("GenuineIntel", "avx512f avx512_bf16 amx_bf16 amx_tile", True, True),
-        ("GenuineIntel", "avx512f avx512_bf16", False, False),
-        ("AuthenticAMD", "avx512f avx512_bf16", True, False),
-        ("AuthenticAMD", "avx2 fma", False, False),
-        ("GenuineIntel", "avx2 fma", False, False),
+        ("GenuineIntel", "avx512f avx512_bf16 amx_bf16 amx_tile", {"fp32", "int8-weights"}),
+        ("GenuineIntel", "avx512f avx512_bf16", set()),
+        ("AuthenticAMD", "avx512f avx512_bf16", {"fp32"}),
+        ("AuthenticAMD", "avx2 fma", set()),
+        ("GenuineIntel", "avx2 fma", set()),
     ],
 )
 def test_openvino_runs_in_bf16_where_it_was_measured_to_pay(
-    tmp_path: Path, vendor: str, flags: str, f32_graph: bool, int8_graph: bool
+    tmp_path: Path, vendor: str, flags: str, bf16_graphs: set[str]
 ) -> None:
     path = cpuinfo(tmp_path, flags, vendor=vendor)
     assert cpu_vendor(path) == vendor
-    assert runs_in_bf16(int8_graph=False, cpuinfo=path) is f32_graph
-    assert runs_in_bf16(int8_graph=True, cpuinfo=path) is int8_graph
-    assert runs_in_bf16(int8_graph=False, cpuinfo=tmp_path / "missing") is False
+    graphs: tuple[Graph, ...] = ("fp32", "int8-weights", "int8-static")
+    assert {graph for graph in graphs if runs_in_bf16(graph, cpuinfo=path)} == bf16_graphs
+    assert runs_in_bf16("fp32", cpuinfo=tmp_path / "missing") is False
 
 
 def test_the_same_name_with_other_instruction_sets_is_another_cpu(tmp_path: Path) -> None:

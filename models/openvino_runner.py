@@ -27,7 +27,7 @@ def runs_in_bf16(graph: Graph, *, cpuinfo: Path = CPUINFO) -> bool:
     - The int8-static graph: f32 everywhere. On an AMX Xeon, bf16 with the attention fused
       into one kernel (exported eagerly, models/backends.py) moved embeddings far off fp32's:
       mean cosine 0.9711, min 0.49 on the full dev sets, against 0.9968 in f32, which ran
-      0.84-1.09x as fast as the bf16 graph exported before the fusion (thirty-fourth session).
+      0.84-1.11x as fast as the bf16 graph exported before the fusion (thirty-fourth session).
     - AMX tiles: bf16 for the others.
     - An Intel Xeon with AVX512-BF16 and no AMX: f32 encoded 1.16-1.45x as many texts.
     - AMD Zen 4 and Zen 5 (AVX512-BF16): bf16 made the fp32 graph 1.2-1.9x and 1.5-1.6x as

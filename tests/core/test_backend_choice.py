@@ -17,7 +17,7 @@ from core.settings import DATA_DIR, Settings
 from models.anchors import AnchorSet
 from models.backends import Backend, available
 from models.encoder import Encoder
-from models.parity import ParitySet
+from models.parity import COSINE_FLOOR, ParitySet
 
 
 @pytest.fixture
@@ -62,6 +62,29 @@ def test_torch_bf16_on_a_cpu_that_emulates_bf16_is_warned_of(
         assert choice.choose_backend(named, None, None) == Backend.TORCH_BF16
     warned = [r.getMessage() for r in caplog.records if "emulates bf16" in r.getMessage()]
     assert len(warned) == (0 if has_bf16 else 1)
+
+
+@pytest.mark.parametrize("mean_cosine", [0.971, 0.9968])
+def test_a_named_backend_that_failed_the_bundles_parity_check_is_warned_of(
+    settings: Settings, tmp_path: Path, caplog: pytest.LogCaptureFixture, mean_cosine: float
+) -> None:
+    named = settings.model_copy(update={"encoder_backend": "openvino-int8-static"})
+    dev = choice.dev_parity_set(named)
+    parity = {
+        "backend": "openvino-int8-static",
+        "spearman": {"STS": 80.0},
+        "reference": {"STS": 80.0},
+        "mean_cosine": mean_cosine,
+        "min_cosine": 0.5,
+        "pairs": 1,
+    }
+    record = {"setup": choice._setup(named, dev), "parity": {"openvino-int8-static": parity}}
+    (tmp_path / choice.PARITY_JSON).write_text(json.dumps(record))
+    with caplog.at_level(logging.WARNING, logger=choice.__name__):
+        assert choice.choose_backend(named, None, tmp_path) == Backend.OPENVINO_INT8_STATIC
+    warned = [r.getMessage() for r in caplog.records if "failed the parity check" in r.getMessage()]
+    assert len(warned) == (mean_cosine < COSINE_FLOOR)
+    assert all("0.9710" in message for message in warned)
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from sentence_transformers import SentenceTransformer
 
 from models.atomic import atomic_directory, atomic_write_json
 from models.openvino_export import calibration_samples, convert_openvino
+from models.openvino_packing import Pooling
 from models.openvino_runner import Graph, OpenVinoRunner, runs_in_bf16
 
 VARIANT_FORMAT = 3  # bump when the export recipe changes: older variants are re-exported
@@ -142,10 +143,12 @@ def load_runner(
     directory: Path,
     threads: int | None = None,
     single_lengths: Sequence[int] = (),
+    pooling: Pooling | None = None,
 ) -> Runner:
     """The runner of the variant in `directory` (a folder that `ensure_variant` returned).
     OpenVINO's runs single texts of up to each of `single_lengths` tokens in a graph compiled
-    for that shape (models/openvino_runner.py)."""
+    for that shape (models/openvino_runner.py), and packs the texts of other passes into rows
+    when the pipeline's `pooling` is given (models/openvino_packing.py)."""
     require(backend)
     graph = directory / _GRAPH_FILE[backend]
     if backend in OPENVINO:
@@ -156,6 +159,7 @@ def load_runner(
             bf16=runs_in_bf16(OPENVINO_GRAPHS[backend]),
             single_lengths=single_lengths,
             word_embeddings_outside=backend == Backend.OPENVINO_INT8_STATIC,
+            pooling=pooling,
         )
     return _OnnxRunner(graph, threads)
 

@@ -31,6 +31,7 @@ from models.backends import (
     tensor_features,
 )
 from models.checksums import sha256_directory
+from models.openvino_packing import mean_pooling
 from models.openvino_runner import useful_lengths
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
@@ -254,7 +255,7 @@ def load_encoder(
             model, checksum, backend, prebuilt=variants, cache=cache, calibration=calibration
         )
         lengths = useful_lengths(single_lengths, model.max_seq_length)
-        runner = load_runner(backend, folder, threads, lengths)
+        runner = load_runner(backend, folder, threads, lengths, mean_pooling(model))
     return Encoder(
         model=model,
         path=model_path,

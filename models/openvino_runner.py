@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from models.cpu_info import CPUINFO, cpu_has_amx, cpu_has_bf16, cpu_vendor
+from models.openvino_packing import PACK_MASK, ROW_TOKENS, Pooling, pack, packed_graph
 
 if TYPE_CHECKING:
     import openvino as ov
@@ -81,6 +82,11 @@ def take_word_embeddings(model: "ov.Model") -> np.ndarray | None:
     return None
 
 
+def _token_inputs(model: "ov.Model") -> list[str]:
+    """The inputs of `model` that the runner builds from the tokenizer's features."""
+    return [name for port in model.inputs if (name := port.get_any_name()) != _WORD_EMBEDDINGS]
+
+
 def useful_lengths(lengths: Sequence[int], longest: int) -> list[int]:
     """The sorted `lengths` that texts of at most `longest` tokens can use: those below it and
     the first that holds it. A graph past that would never run and still cost its memory."""
@@ -113,6 +119,7 @@ class OpenVinoRunner:
         bf16: bool = False,
         single_lengths: Sequence[int] = (),
         word_embeddings_outside: bool = False,
+        pooling: Pooling | None = None,
     ) -> None:
         import openvino as ov
 
@@ -135,12 +142,14 @@ class OpenVinoRunner:
         # graphs took 62 MB instead of 150, the embeddings the same to the bit, and passes ran
         # 0.99-1.00x as fast (bench.single_texts and a script alternating both, AMD Zen 4).
         self.word_embeddings = take_word_embeddings(model) if word_embeddings_outside else None
-        self.compiled = core.compile_model(model, "CPU", config)
-        self.inputs = [
-            name
-            for port in self.compiled.inputs
-            if (name := port.get_any_name()) != _WORD_EMBEDDINGS
-        ]
+        # With the pipeline's `pooling` known, passes of several texts are packed
+        # (models/openvino_packing.py), and the graph that pads them is not compiled.
+        packed = packed_graph(model.clone()) if pooling is not None else None
+        self.pooling = pooling
+        self.compiled = core.compile_model(packed or model, "CPU", config)
+        self.packed = packed is not None
+        self.inputs = _token_inputs(model)  # the padded graphs'
+        self.packed_inputs = _token_inputs(packed) if packed is not None else []
         self.length_multiple = self.BF16_LENGTH_MULTIPLE if bf16 else self.LENGTH_MULTIPLE
         # A single text of at most one of `single_lengths` tokens runs, padded to the nearest,
         # in a graph compiled for that one shape. A dynamic graph redoes shape inference and
@@ -166,6 +175,8 @@ class OpenVinoRunner:
     def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
         texts, tokens = features["input_ids"].shape
         graph = single_graph(self.single_lengths, texts, tokens)
+        if graph is None and self.packed:
+            return self._packed_pass(features)
         if graph is None:
             pad, request = -tokens % self.length_multiple, None
         else:
@@ -179,6 +190,21 @@ class OpenVinoRunner:
             else:
                 result = self.compiled(inputs)
             return np.array(result[0], copy=True)
+
+    def _packed_pass(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
+        """The texts of `features` in packed rows: their mean token states (texts, dim)."""
+        mask_dtype = self.compiled.input(PACK_MASK).get_element_type().to_dtype()
+        packed = pack(features, self.packed_inputs, ROW_TOKENS, self.length_multiple, mask_dtype)
+        with self._lock:
+            inputs = dict(packed.inputs)
+            if self.word_embeddings is not None:
+                inputs[_WORD_EMBEDDINGS] = self._look_up(inputs["input_ids"])
+            states = self.compiled(inputs)[0]  # (rows, tokens, dim)
+            means = packed.mean_states(states)  # (texts, dim)
+        if self.pooling == "normalized mean":
+            # As the pipeline's Normalize module does: over the norm, at least 1e-12.
+            means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
+        return means
 
     def _look_up(self, ids: np.ndarray) -> np.ndarray:
         """The word-embedding rows of `ids` (texts, tokens), in a buffer reused from pass to pass

@@ -10,7 +10,9 @@ forward pass, as the encoder did before it cut batches by padded tokens (`--batc
 default the settings' RANKSERVE_MAX_BATCH_TOKENS); every backend row, torch fp32 included,
 then runs with the budget and its backend's pass cost (models/backends.py PASS_COST_TOKENS).
 Before the speed rows, each backend's parity with torch fp32 on the dev sets
-(models/parity.py): what `auto` requires of it.
+(models/parity.py): what `auto` requires of it. `--padded` adds a row for each OpenVINO
+backend whose passes are padded to their longest text, as before they were packed into rows
+(models/openvino_packing.py), to take turns with the packed one.
 
 "GFLOP/s" is useful work: real (unpadded) tokens times the model's FLOPs per token (linear
 layers plus attention at the input's mean length); "% probe" sets it against the fp32 probe.
@@ -35,8 +37,9 @@ from bench.timing import load_average
 from core.backend_choice import dev_parity_set, encoder_for
 from core.settings import DATA_DIR, Settings
 from models.anchors import read_sentences
-from models.backends import Backend, available
+from models.backends import OPENVINO, Backend, available, ensure_variant, load_runner
 from models.encoder import Encoder
+from models.openvino_runner import useful_lengths
 from models.parity import check_parity, embed, sentences_per_second
 
 PROBE_SIZE = 1024
@@ -101,6 +104,22 @@ def inputs(encoder: Encoder, count: int) -> dict[str, tuple[list[str], float]]:
     return out
 
 
+def padded(encoder: Encoder, settings: Settings) -> Encoder:
+    """`encoder`, an OpenVINO one, with passes padded to their longest text: its variant
+    loaded without the pipeline's pooling, which is what packing needs."""
+    folder = ensure_variant(
+        encoder.model,
+        encoder.checksum,
+        encoder.backend,
+        prebuilt=None,
+        cache=settings.cache.encoder_variants / encoder.checksum[:16],  # where it was loaded from
+        calibration=settings.anchor_corpus,
+    )
+    lengths = useful_lengths(settings.openvino_single_lengths, encoder.max_seq_length)
+    runner = load_runner(encoder.backend, folder, settings.torch_threads, lengths)
+    return dataclasses.replace(encoder, runner=runner)
+
+
 def print_parity(settings: Settings, backends: list[Backend], pairs: int | None) -> dict:
     dev = dev_parity_set(settings, pairs)
     reference = encoder_for(settings, None, None, Backend.TORCH)
@@ -138,6 +157,7 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=128, help="distinct texts per input kind")
     parser.add_argument("--parity-pairs", type=int, default=None, help="per dev task; all")
     parser.add_argument("--batch-tokens", type=int, default=None, help="default: the settings'")
+    parser.add_argument("--padded", action="store_true", help="OpenVINO padded passes too")
     args = parser.parse_args()
 
     settings = Settings()
@@ -174,7 +194,11 @@ def main() -> None:
             flush=True,
         )
         local = settings.model_copy(update={"torch_threads": threads})
-        encoders = {b.value: encoder_for(local, None, None, b) for b in backends}
+        encoders = {}
+        for backend in backends:
+            encoders[backend.value] = encoder_for(local, None, None, backend)
+            if args.padded and backend in OPENVINO:
+                encoders[f"{backend.value} padded"] = padded(encoders[backend.value], local)
         # A budget no batch reaches, and passes dearer than any padding: each batch is one
         # pass, padded to its longest text.
         whole = max(args.batches) * reference.max_seq_length

@@ -122,9 +122,10 @@ def packed_graph(model: "ov.Model") -> "ov.Model | None":
 
 
 def pack_rows(lengths: Sequence[int], capacity: int) -> list[list[int]]:
-    """The texts (indices into `lengths`) of each row: as many rows as `capacity` tokens each
-    need, longest texts first, each into the emptiest row, so that rows end near one length;
-    a new row only for a text that fits in none. A text over `capacity` has a row of its own."""
+    """The texts (indices into `lengths`) of each row: as few rows of `capacity` tokens as the
+    total needs, longest texts first, each into the emptiest row, so that rows end near one
+    length; a new row only for a text that fits in none. A text over `capacity` has a row of
+    its own."""
     count = max(1, math.ceil(sum(lengths) / capacity))
     rows: list[list[int]] = [[] for _ in range(count)]
     fills = [(0, row) for row in range(count)]  # a heap of (tokens, row)
@@ -180,14 +181,14 @@ def pack(
             at = end
     ends = starts + lengths
     inputs = {POSITION_IDS: positions}
-    flat = np.nonzero(segment.ravel())[0]  # each real token's place in the rows, text by text
-    order = np.argsort(segment.ravel()[flat], kind="stable")
+    places = np.nonzero(segment.ravel())[0]  # the real tokens' places in the rows, row by row
+    places = places[np.argsort(segment.ravel()[places], kind="stable")]  # now text by text
+    real = features[_ATTENTION_MASK].astype(bool)  # (texts, tokens)
     for name in names:
         if name in (POSITION_IDS, PACK_MASK):
             continue
         tokens = np.zeros(len(layout) * width, features[name].dtype)
-        real = features[name][features[_ATTENTION_MASK].astype(bool)]  # text by text, in order
-        tokens[flat[order]] = real
+        tokens[places] = features[name][real]  # text by text, each in order
         inputs[name] = tokens.reshape(len(layout), width)
     # Padding attends to padding, so that no row of the softmax is empty.
     same = segment[:, :, None] == segment[:, None, :]  # (rows, tokens, tokens)

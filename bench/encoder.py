@@ -6,13 +6,13 @@ consecutive sentences, truncated at the model's maximum) at batch sizes 1, 16 an
 (threads, input, batch) group the rows take turns, `--rounds` times, for `--seconds` in all
 each; a row reads its median sentences/s over the rounds, and its speed-up is the median of
 its per-round ratios to the baseline of the same round: torch fp32 encoding each batch in one
-forward pass, as the encoder did before it cut batches by padded tokens (`--batch-tokens`,
+forward pass, padded, as the encoder did before it cut batches by padded tokens (`--batch-tokens`,
 default the settings' RANKSERVE_MAX_BATCH_TOKENS); every backend row, torch fp32 included,
 then runs with the budget and its backend's pass cost (models/backends.py PASS_COST_TOKENS).
 Before the speed rows, each backend's parity with torch fp32 on the dev sets
-(models/parity.py): what `auto` requires of it. `--padded` adds a row for each OpenVINO
-backend whose passes are padded to their longest text, as before they were packed into rows
-(models/openvino_packing.py), to take turns with the packed one.
+(models/parity.py): what `auto` requires of it. `--padded` adds a row for torch fp32 and each
+OpenVINO backend with passes padded to their longest text, as before they were packed into
+rows (models/packing.py), to take turns with the packed one.
 
 "GFLOP/s" is useful work: real (unpadded) tokens times the model's FLOPs per token (linear
 layers plus attention at the input's mean length); "% probe" sets it against the fp32 probe.
@@ -105,8 +105,11 @@ def inputs(encoder: Encoder, count: int) -> dict[str, tuple[list[str], float]]:
 
 
 def padded(encoder: Encoder, settings: Settings) -> Encoder:
-    """`encoder`, an OpenVINO one, with passes padded to their longest text: its variant
-    loaded without the pipeline's pooling, which is what packing needs."""
+    """`encoder`, torch fp32 or an OpenVINO one, with passes padded to their longest text:
+    torch through sentence-transformers, OpenVINO's variant loaded without the pipeline's
+    pooling, which is what packing needs."""
+    if encoder.backend == Backend.TORCH:
+        return dataclasses.replace(encoder, runner=None)
     folder = ensure_variant(
         encoder.model,
         encoder.checksum,
@@ -157,7 +160,7 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=128, help="distinct texts per input kind")
     parser.add_argument("--parity-pairs", type=int, default=None, help="per dev task; all")
     parser.add_argument("--batch-tokens", type=int, default=None, help="default: the settings'")
-    parser.add_argument("--padded", action="store_true", help="OpenVINO padded passes too")
+    parser.add_argument("--padded", action="store_true", help="padded passes too")
     args = parser.parse_args()
 
     settings = Settings()
@@ -197,13 +200,14 @@ def main() -> None:
         encoders = {}
         for backend in backends:
             encoders[backend.value] = encoder_for(local, None, None, backend)
-            if args.padded and backend in OPENVINO:
+            if args.padded and (backend in OPENVINO or backend == Backend.TORCH):
                 encoders[f"{backend.value} padded"] = padded(encoders[backend.value], local)
         # A budget no batch reaches, and passes dearer than any padding: each batch is one
         # pass, padded to its longest text.
         whole = max(args.batches) * reference.max_seq_length
+        # ... and padded, not packed in rows (models/packing.py): torch fp32 as it ran before.
         one_pass = dataclasses.replace(
-            encoders[Backend.TORCH.value], batch_tokens=whole, pass_cost_tokens=whole
+            encoders[Backend.TORCH.value], batch_tokens=whole, pass_cost_tokens=whole, runner=None
         )
         rows = {"torch 1pass": one_pass} | encoders
         for kind, (texts, mean_tokens) in kinds.items():

@@ -30,7 +30,7 @@ from models.checksums import sha256_directory, sha256_texts
 from models.cpu_info import cpu_has_bf16, cpu_identity
 from models.encoder import Encoder, default_model_path, load_encoder, pick_device
 from models.evaluation.senteval import SentEvalFormatError, load_sts_tasks
-from models.openvino_packing import ROW_TOKENS
+from models.packing import ROW_TOKENS
 from models.parity import Parity, ParitySet, check_parity, embed, parity_set, sentences_per_second
 from models.training.dev_eval import DEV_TASKS
 
@@ -266,9 +266,9 @@ def choose_backend(settings: Settings, path: Path | None, variants: Path | None)
         "cpu": [cpu_identity(), os.cpu_count()],
         "packages": _package_versions(),
         "openvino_precisions": openvino_precisions(),
-        # OpenVINO's passes packed in rows of this many tokens, which made them up to 1.7x as
-        # fast: a choice timed with padded passes (no such entry) is timed again.
-        "openvino_row_tokens": ROW_TOKENS,
+        # Passes packed in rows of this many tokens (torch fp32 and OpenVINO), which made them
+        # up to 1.7x as fast: a choice timed with padded passes (no such entry) is timed again.
+        "packed_row_tokens": ROW_TOKENS,
         "installed": [b.value for b in _candidates(settings)],
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]

@@ -27,8 +27,8 @@ from sentence_transformers import SentenceTransformer
 
 from models.atomic import atomic_directory, atomic_write_json
 from models.openvino_export import calibration_samples, convert_openvino
-from models.openvino_packing import Pooling
 from models.openvino_runner import Graph, OpenVinoRunner, runs_in_bf16
+from models.packing import Pooling
 
 VARIANT_FORMAT = 3  # bump when the export recipe changes: older variants are re-exported
 VARIANT_JSON = "variant.json"
@@ -110,12 +110,18 @@ def require(backend: Backend) -> None:
 
 
 class Runner(Protocol):
-    """An exported sentence pipeline: tokenizer tensors in, (batch, dim) embeddings out."""
+    """A sentence pipeline run outside sentence-transformers: tokenizer tensors in, (batch,
+    dim) embeddings out. `packed`: whether passes of several texts are packed in rows
+    (models/packing.py), so that padding costs nothing."""
+
+    packed: bool
 
     def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray: ...
 
 
 class _OnnxRunner:
+    packed = False
+
     def __init__(self, path: Path, threads: int | None) -> None:
         import onnxruntime as ort
 
@@ -148,7 +154,7 @@ def load_runner(
     """The runner of the variant in `directory` (a folder that `ensure_variant` returned).
     OpenVINO's runs single texts of up to each of `single_lengths` tokens in a graph compiled
     for that shape (models/openvino_runner.py), and packs the texts of other passes into rows
-    when the pipeline's `pooling` is given (models/openvino_packing.py)."""
+    when the pipeline's `pooling` is given (models/packing.py)."""
     require(backend)
     graph = directory / _GRAPH_FILE[backend]
     if backend in OPENVINO:

@@ -31,8 +31,9 @@ from models.backends import (
     tensor_features,
 )
 from models.checksums import sha256_directory
-from models.openvino_packing import mean_pooling
 from models.openvino_runner import useful_lengths
+from models.packing import packable_pooling
+from models.torch_packing import TorchPackedRunner
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 # Padded tokens per forward pass unless the settings name a budget. On a CPU small passes waste
@@ -48,27 +49,30 @@ def token_budget_slices(
     max_batch_size: int,
     max_batch_tokens: int,
     pass_cost: int,
+    *,
+    packed: bool = False,
 ) -> list[list[int]]:
     """Text indices sorted by token count, cut into the cheapest forward passes within both
     budgets.
 
-    A pass costs `pass_cost` (PASS_COST_TOKENS) plus its size times its longest (truncated)
-    text. Sorting first keeps short texts from being padded to a long neighbour; the cuts then
-    come from a shortest path over the sorted texts, so a long tail gets its own pass only
-    where the padding it saves outweighs a pass. One text over the token budget still runs
-    alone.
+    A pass costs `pass_cost` (PASS_COST_TOKENS) plus its tokens: its size times its longest
+    (truncated) text when padded, the sum of its texts' when `packed` (models/packing.py).
+    Sorting first keeps short texts from being padded to a long neighbour; the cuts then come
+    from a shortest path over the sorted texts, so a long tail gets its own pass only where the
+    padding it saves outweighs a pass. One text over the token budget still runs alone.
     """
     order = sorted(range(len(token_counts)), key=token_counts.__getitem__)
     lengths = [min(token_counts[i], max_tokens) for i in order]
     cost = [0.0] + [math.inf] * len(order)  # cost[j]: the cheapest passes over the j shortest
     first = [0] * (len(order) + 1)  # first[j]: where the last of those passes starts
     for end in range(1, len(order) + 1):
-        longest = lengths[end - 1]
+        longest, summed = lengths[end - 1], 0
         for begin in range(end - 1, max(end - max_batch_size, 0) - 1, -1):
-            size = end - begin
-            if size > 1 and size * longest > max_batch_tokens:
+            size, summed = end - begin, summed + lengths[begin]
+            tokens = summed if packed else size * longest
+            if size > 1 and tokens > max_batch_tokens:
                 break
-            total = cost[begin] + pass_cost + size * longest
+            total = cost[begin] + pass_cost + tokens
             if total < cost[end]:
                 cost[end], first[end] = total, begin
     slices: list[list[int]] = []
@@ -103,10 +107,11 @@ class Encoder:
     checksum: str  # sha256 over the checkpoint directory: the weights' identity
     device: torch.device
     batch_size: int = 64
-    batch_tokens: int = CPU_BATCH_TOKENS  # padded tokens per forward pass (token_budget_slices)
+    batch_tokens: int = CPU_BATCH_TOKENS  # tokens per forward pass (token_budget_slices)
     pass_cost_tokens: int = PASS_COST_TOKENS[Backend.TORCH]  # in tokens' worth of work
     backend: Backend = Backend.TORCH
-    runner: Runner | None = None  # the exported graph, for the backends in EXPORTED
+    # The exported graph (backends in EXPORTED), or torch fp32's packed passes on the CPU.
+    runner: Runner | None = None
     _dim: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -142,7 +147,7 @@ class Encoder:
 
         The texts are sorted by token count (`token_counts`, when the caller has them, saves
         tokenising twice) and cut into the cheapest forward passes of at most batch_size texts
-        and batch_tokens padded tokens (token_budget_slices).
+        and batch_tokens tokens, padding included unless the runner packs (token_budget_slices).
         """
         if not texts:
             return torch.empty((0, self.dim), dtype=torch.float32, device=self.device)
@@ -155,6 +160,7 @@ class Encoder:
             batch_size or self.batch_size,
             self.batch_tokens,
             self.pass_cost_tokens,
+            packed=self.runner is not None and self.runner.packed,
         )
         if len(slices) == 1:
             return self._encode_pass(texts)
@@ -248,14 +254,19 @@ def load_encoder(
     on_cpu = resolved.type == "cpu"
     name = DEFAULT_MODEL_NAME if model_path == default_model_path() else model_path.name
     checksum = sha256_directory(model_path)
-    runner = None
+    # Passes packed in rows where the pipeline allows (models/packing.py); not measured on a
+    # GPU, where padding costs less and torch's own path stays.
+    pooling = packable_pooling(model) if on_cpu else None
+    runner: Runner | None = None
     if backend in EXPORTED:
         cache = export_cache / checksum[:16] if export_cache is not None else None
         folder = ensure_variant(
             model, checksum, backend, prebuilt=variants, cache=cache, calibration=calibration
         )
         lengths = useful_lengths(single_lengths, model.max_seq_length)
-        runner = load_runner(backend, folder, threads, lengths, mean_pooling(model))
+        runner = load_runner(backend, folder, threads, lengths, pooling)
+    elif backend == Backend.TORCH and pooling is not None:
+        runner = TorchPackedRunner(model, pooling)
     return Encoder(
         model=model,
         path=model_path,

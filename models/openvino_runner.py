@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from models.cpu_info import CPUINFO, cpu_has_amx, cpu_has_bf16, cpu_vendor
-from models.openvino_packing import PACK_MASK, ROW_TOKENS, Pooling, pack, packed_graph
+from models.openvino_packing import packed_graph
+from models.packing import PACK_MASK, ROW_TOKENS, Pooling, pack
 
 if TYPE_CHECKING:
     import openvino as ov
@@ -143,9 +144,9 @@ class OpenVinoRunner:
         # 0.99-1.00x as fast (bench.single_texts and a script alternating both, AMD Zen 4).
         self.word_embeddings = take_word_embeddings(model) if word_embeddings_outside else None
         # With the pipeline's `pooling` known, passes of several texts are packed
-        # (models/openvino_packing.py), and the graph that pads them is not compiled.
+        # (models/packing.py), and the graph that pads them is not compiled.
         packed = packed_graph(model.clone()) if pooling is not None else None
-        self.pooling = pooling
+        self.pooling: Pooling = pooling or "mean"  # what packed passes pool by
         self.compiled = core.compile_model(packed or model, "CPU", config)
         self.packed = packed is not None
         self.inputs = _token_inputs(model)  # the padded graphs'
@@ -192,19 +193,15 @@ class OpenVinoRunner:
             return np.array(result[0], copy=True)
 
     def _packed_pass(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The texts of `features` in packed rows: their mean token states (texts, dim)."""
+        """The texts of `features` in packed rows: their embeddings (texts, dim)."""
         mask_dtype = self.compiled.input(PACK_MASK).get_element_type().to_dtype()
         packed = pack(features, self.packed_inputs, ROW_TOKENS, self.length_multiple, mask_dtype)
         with self._lock:
             inputs = dict(packed.inputs)
             if self.word_embeddings is not None:
                 inputs[_WORD_EMBEDDINGS] = self._look_up(inputs["input_ids"])
-            states = self.compiled(inputs)[0]  # (rows, tokens, dim)
-            means = packed.mean_states(states)  # (texts, dim)
-        if self.pooling == "normalized mean":
-            # As the pipeline's Normalize module does: over the norm, at least 1e-12.
-            means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
-        return means
+            states = self.compiled(inputs)[0]  # (rows, tokens, dim), reused by the next pass
+            return packed.pool(states, self.pooling)
 
     def _look_up(self, ids: np.ndarray) -> np.ndarray:
         """The word-embedding rows of `ids` (texts, tokens), in a buffer reused from pass to pass

@@ -94,6 +94,19 @@ def test_a_long_text_gets_its_own_pass_only_when_that_saves_padding() -> None:
     assert len(token_budget_slices(short_and_one_long, 256, 16, 16 * 256, 16 * 256)) == 1
 
 
+def test_packed_passes_count_their_texts_tokens_not_padding() -> None:
+    counts = [5, 300, 1, 40, 40, 7, 2, 90, 12, 3]
+    slices = token_budget_slices(counts, 256, 3, 100, PASS_COST, packed=True)
+    assert sorted(i for piece in slices for i in piece) == list(range(len(counts)))
+    for piece in slices:
+        assert len(piece) <= 3
+        assert sum(min(counts[i], 256) for i in piece) <= 100 or len(piece) == 1
+    # Padding costs nothing: the long text shares the pass that padded it would leave.
+    short_and_one_long = [5] * 15 + [200]
+    assert len(token_budget_slices(short_and_one_long, 256, 16, 1024, PASS_COST, packed=True)) == 1
+    assert len(token_budget_slices(short_and_one_long, 256, 16, 1024, PASS_COST)) == 2
+
+
 def test_a_token_budget_cuts_passes_and_keeps_order_and_embeddings(
     encoder: Encoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -119,9 +132,10 @@ def test_a_token_budget_cuts_passes_and_keeps_order_and_embeddings(
     counts = dict(zip(texts, encoder.token_counts(texts), strict=True))
     assert len(passes) > 1
     assert sorted(t for part in passes for t in part) == sorted(texts)
+    assert encoder.runner is not None and encoder.runner.packed  # so padding counts nothing
     for part in passes:
         # Within the budget, unless one text alone exceeds it.
-        assert len(part) == 1 or len(part) * max(counts[t] for t in part) <= 24
+        assert len(part) == 1 or sum(counts[t] for t in part) <= 24
 
 
 def test_empty_input_gives_empty_matrix(encoder: Encoder) -> None:

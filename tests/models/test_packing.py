@@ -1,6 +1,8 @@
-"""Packed OpenVINO passes: the rows' layout and mask on made-up tokens, then the real graphs'
-embeddings packed against padded."""
+"""Packed passes: the rows' layout and mask on made-up tokens, then the real model's embeddings
+packed against padded, in torch and in each OpenVINO graph."""
 
+import copy
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -17,16 +19,17 @@ from models.backends import (
     tensor_features,
 )
 from models.encoder import Encoder
-from models.openvino_packing import (
+from models.openvino_packing import packed_graph
+from models.openvino_runner import OpenVinoRunner
+from models.packing import (
     PACK_MASK,
     POSITION_IDS,
     ROW_TOKENS,
-    mean_pooling,
     pack,
     pack_rows,
-    packed_graph,
+    packable_pooling,
 )
-from models.openvino_runner import OpenVinoRunner
+from models.torch_packing import TorchPackedRunner
 
 NAMES = ["input_ids", "token_type_ids", POSITION_IDS, PACK_MASK]
 
@@ -97,7 +100,7 @@ def test_each_text_is_the_mean_of_its_own_states() -> None:
     packed = pack(features, NAMES, capacity=16, multiple=8, mask_dtype=np.dtype(np.float32))
     states = np.arange(8 * 2, dtype=np.float32).reshape(1, 8, 2)  # (rows, tokens, dim)
     # The 3-token text first (tokens 0-2), then the 2-token one (3-4).
-    np.testing.assert_allclose(packed.mean_states(states), [[7, 8], [2, 3]])
+    np.testing.assert_allclose(packed.pool(states, "mean"), [[7, 8], [2, 3]])
 
 
 def test_a_graph_without_attention_is_not_packed() -> None:
@@ -110,15 +113,36 @@ def test_a_graph_without_attention_is_not_packed() -> None:
 
 
 @pytest.mark.slow
-def test_only_a_mean_pooling_pipeline_is_packed(encoder: Encoder) -> None:
+def test_only_a_mean_pooling_pipeline_with_positions_from_zero_is_packed(
+    encoder: Encoder,
+) -> None:
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling
 
     transformer = encoder.model[0]
-    assert mean_pooling(encoder.model) == "normalized mean"
-    assert mean_pooling(SentenceTransformer(modules=[transformer, encoder.model[1]])) == "mean"
+    assert packable_pooling(encoder.model) == "normalized mean"
+    unnormalized = SentenceTransformer(modules=[transformer, encoder.model[1]], device="cpu")
+    assert packable_pooling(unnormalized) == "mean"
     cls = Pooling(encoder.dim, pooling_mode="cls")
-    assert mean_pooling(SentenceTransformer(modules=[transformer, cls])) is None
+    assert packable_pooling(SentenceTransformer(modules=[transformer, cls], device="cpu")) is None
+    roberta_like = copy.deepcopy(encoder.model)  # positions from the padding index + 1
+    roberta_like[0].auto_model.config.model_type = "roberta"
+    assert packable_pooling(roberta_like) is None
+
+
+def _texts() -> list[str]:
+    """24 Wikipedia sentences and 5 texts of eight, past a row of ROW_TOKENS tokens."""
+    sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")[:40]
+    return sentences[:24] + [" ".join(sentences[i : i + 8]) for i in range(0, 40, 8)]
+
+
+@pytest.mark.slow
+def test_torch_packed_passes_give_the_padded_embeddings(encoder: Encoder) -> None:
+    assert isinstance(encoder.runner, TorchPackedRunner)
+    padded = dataclasses.replace(encoder, runner=None)  # sentence-transformers' own passes
+    texts = _texts()
+    ours, theirs = encoder.encode(texts), padded.encode(texts)  # (texts, dim) each
+    assert (ours * theirs).sum(dim=1).min() >= 0.99999
 
 
 # Packed, the same products are summed in other orders and, in `openvino-int8`, its activations
@@ -146,9 +170,7 @@ def test_packed_passes_give_the_padded_embeddings(
     padded = load_runner(backend, folder, threads=1)
     assert isinstance(packed, OpenVinoRunner) and packed.packed
     assert isinstance(padded, OpenVinoRunner) and not padded.packed
-    sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")[:40]
-    long_texts = [" ".join(sentences[i : i + 8]) for i in range(0, 40, 8)]  # past a row
-    texts = sentences[:24] + long_texts
+    texts = _texts()
     features = {k: v.numpy() for k, v in tensor_features(encoder.model, texts).items()}
     assert len(
         pack(features, packed.packed_inputs, ROW_TOKENS, 8, np.dtype(np.float32)).inputs[

@@ -36,9 +36,10 @@ from models.packing import packable_pooling
 from models.torch_packing import TorchPackedRunner
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
-# Padded tokens per forward pass unless the settings name a budget. On a CPU small passes waste
-# less on padding and keep their activations in cache (1,024 beat 2,048, 4,096 and 16,384 on
-# two Zen 3 cores, bench.encoder); a GPU needs large passes to keep busy.
+# Tokens per forward pass (padding included, unless passes are packed) unless the settings
+# name a budget. On a CPU small passes waste less on padding and keep their activations in
+# cache (padded, 1,024 beat 2,048, 4,096 and 16,384 on two Zen 3 cores, bench.encoder); a GPU
+# needs large passes to keep busy.
 CPU_BATCH_TOKENS = 1024
 GPU_BATCH_TOKENS = 16_384
 
@@ -173,7 +174,8 @@ class Encoder:
         return out
 
     def _encode_pass(self, texts: list[str]) -> torch.Tensor:
-        """One forward pass over `texts`, padded to the longest: (n, dim), unit rows."""
+        """One forward pass over `texts`, padded to the longest or packed in rows by the
+        runner: (n, dim), unit rows."""
         if self.runner is not None:
             features = tensor_features(self.model, texts)
             out = self.runner({name: value.numpy() for name, value in features.items()})

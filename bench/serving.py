@@ -135,7 +135,7 @@ def main() -> None:
         title=f"{info['model_name']} on {info['device']}, {torch.get_num_threads()} torch threads,"
         f" {os.cpu_count()} CPUs, {args.rounds} rounds of {args.seconds:g} s; batching: wait"
         f" {limits['batch_wait_ms']} ms, at most {limits['max_batch_size']} texts /"
-        f" {limits['max_batch_tokens']} padded tokens"
+        f" {limits['max_batch_tokens']} tokens"
     )
     columns = (
         "scenario",

@@ -96,7 +96,7 @@ class Settings(BaseSettings):
     freeze_heap: bool = True
     # Serving and in-process alike (models/encoder.py's token_budget_slices); see configuration.md.
     max_batch_tokens: int | None = Field(
-        default=None, ge=1, description="padded tokens per forward; None: by device"
+        default=None, ge=1, description="tokens per forward pass; None: by device"
     )
     # The OpenVINO backends run one text of up to each of these many tokens in a graph compiled
     # for that shape: faster, for memory (models/openvino_runner.py, docs/configuration.md).

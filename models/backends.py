@@ -69,7 +69,7 @@ REQUIRES: dict[Backend, tuple[str, ...]] = {
     Backend.OPENVINO_INT8: ("openvino", "nncf"),
     Backend.OPENVINO_INT8_STATIC: ("openvino", "nncf"),
 }
-# What one forward pass costs on a CPU beyond its padded tokens, in tokens' worth of work
+# What one forward pass costs on a CPU beyond its tokens, in tokens' worth of work
 # (token_budget_slices in models/encoder.py). Chosen among 16, 64, 256 and 1,024 by timing each
 # backend on batches of 16 and 64 short and long texts, the costs alternating in one process
 # (AMX Xeon, 2 threads). ONNX Runtime does best with small passes; OpenVINO and bf16 autocast

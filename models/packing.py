@@ -122,11 +122,16 @@ def pack(
         tokens = np.zeros(len(layout) * width, features[name].dtype)
         tokens[places] = features[name][real]  # text by text, each in order
         inputs[name] = tokens.reshape(len(layout), width)
-    # Padding attends to padding, so that no row of the softmax is empty.
-    same = segment[:, :, None] == segment[:, None, :]  # (rows, tokens, tokens)
+    if all(len(members) == 1 for members in layout):
+        # A text per row: a padded pass's mask, one row of keys for every query (rows, 1, 1,
+        # tokens), which the attention broadcasts instead of reading a square per row.
+        attends = segment[:, None, None, :] > 0
+    else:
+        # Padding attends to padding, so that no row of the softmax is empty.
+        attends = (segment[:, :, None] == segment[:, None, :])[:, None]  # (rows, 1, tokens, tokens)
     if mask_dtype == np.bool_:
-        inputs[PACK_MASK] = same[:, None]
+        inputs[PACK_MASK] = attends
     else:
         blocked = np.finfo(mask_dtype).min
-        inputs[PACK_MASK] = np.where(same, 0, blocked).astype(mask_dtype)[:, None]
+        inputs[PACK_MASK] = np.where(attends, 0, blocked).astype(mask_dtype)
     return PackedPass(inputs, rows, starts, ends)

@@ -95,6 +95,17 @@ def test_a_boolean_mask_keeps_what_attends() -> None:
     assert not mask[:6, 6:].any() and not mask[6:10, :6].any() and not mask[6:10, 10:].any()
 
 
+def test_rows_of_one_text_each_take_a_padded_passs_mask() -> None:
+    features = _padded([5, 20])  # over a capacity of 16 together: a row each
+    packed = pack(features, NAMES, capacity=16, multiple=8, mask_dtype=np.dtype(np.float32))
+    mask = packed.inputs[PACK_MASK]  # (rows, 1, 1, tokens): keys only, broadcast over queries
+    assert mask.shape == (2, 1, 1, 24)
+    blocked = np.finfo(np.float32).min
+    for text, length in enumerate([5, 20]):
+        expected = np.where(np.arange(24) < length, 0, blocked)
+        np.testing.assert_array_equal(mask[packed.rows[text], 0, 0], expected)
+
+
 def test_each_text_is_the_mean_of_its_own_states() -> None:
     features = _padded([2, 3])
     packed = pack(features, NAMES, capacity=16, multiple=8, mask_dtype=np.dtype(np.float32))

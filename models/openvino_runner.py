@@ -11,7 +11,7 @@ import numpy as np
 
 from models.cpu_info import CPUINFO, cpu_has_amx, cpu_has_bf16, cpu_vendor
 from models.openvino_packing import packed_graph
-from models.packing import PACK_MASK, ROW_TOKENS, Pooling, pack
+from models.packing import PACK_MASK, POSITION_IDS, ROW_TOKENS, Pooling, pack
 
 if TYPE_CHECKING:
     import openvino as ov
@@ -147,10 +147,17 @@ class OpenVinoRunner:
         # (models/packing.py), and the graph that pads them is not compiled.
         packed = packed_graph(model.clone()) if pooling is not None else None
         self.pooling: Pooling = pooling or "mean"  # what packed passes pool by
-        self.compiled = core.compile_model(packed or model, "CPU", config)
+        self.compiled = core.compile_model(model if packed is None else packed, "CPU", config)
         self.packed = packed is not None
         self.inputs = _token_inputs(model)  # the padded graphs'
-        self.packed_inputs = _token_inputs(packed) if packed is not None else []
+        self.packed_inputs = [  # those that packing lays out from the tokenizer's
+            name
+            for name in (_token_inputs(packed) if packed is not None else [])
+            if name not in (POSITION_IDS, PACK_MASK)
+        ]
+        self.mask_dtype = (
+            packed.input(PACK_MASK).get_element_type().to_dtype() if packed is not None else None
+        )
         self.length_multiple = self.BF16_LENGTH_MULTIPLE if bf16 else self.LENGTH_MULTIPLE
         # A single text of at most one of `single_lengths` tokens runs, padded to the nearest,
         # in a graph compiled for that one shape. A dynamic graph redoes shape inference and
@@ -194,8 +201,10 @@ class OpenVinoRunner:
 
     def _packed_pass(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
         """The texts of `features` in packed rows: their embeddings (texts, dim)."""
-        mask_dtype = self.compiled.input(PACK_MASK).get_element_type().to_dtype()
-        packed = pack(features, self.packed_inputs, ROW_TOKENS, self.length_multiple, mask_dtype)
+        assert self.mask_dtype is not None
+        packed = pack(
+            features, self.packed_inputs, ROW_TOKENS, self.length_multiple, self.mask_dtype
+        )
         with self._lock:
             inputs = dict(packed.inputs)
             if self.word_embeddings is not None:

@@ -93,8 +93,8 @@ def pack(
     mask_dtype: np.dtype,
 ) -> PackedPass:
     """The padded tokenizer `features` (texts, tokens; padding on the right, as
-    `attention_mask` marks it) as packed rows of the inputs `names`, rows padded to a multiple
-    of `multiple` tokens."""
+    `attention_mask` marks it) as packed rows of the token inputs `names`, with their positions
+    and mask, rows padded to a multiple of `multiple` tokens."""
     lengths = features[ATTENTION_MASK].sum(axis=1).astype(np.int64)  # (texts,)
     layout = pack_rows(lengths.tolist(), capacity)
     width = max(int(lengths[row].sum()) for row in layout)
@@ -117,8 +117,6 @@ def pack(
     places = places[np.argsort(segment.ravel()[places], kind="stable")]  # now text by text
     real = features[ATTENTION_MASK].astype(bool)  # (texts, tokens)
     for name in names:
-        if name in (POSITION_IDS, PACK_MASK):
-            continue
         tokens = np.zeros(len(layout) * width, features[name].dtype)
         tokens[places] = features[name][real]  # text by text, each in order
         inputs[name] = tokens.reshape(len(layout), width)

@@ -31,7 +31,7 @@ from models.packing import (
 )
 from models.torch_packing import TorchPackedRunner
 
-NAMES = ["input_ids", "token_type_ids", POSITION_IDS, PACK_MASK]
+NAMES = ["input_ids", "token_type_ids"]
 
 
 def _padded(lengths: list[int]) -> dict[str, np.ndarray]:

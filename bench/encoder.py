@@ -12,7 +12,9 @@ then runs with the budget and its backend's pass cost (models/backends.py PASS_C
 Before the speed rows, each backend's parity with torch fp32 on the dev sets
 (models/parity.py): what `auto` requires of it. `--padded` adds a row for torch fp32 and each
 OpenVINO backend with passes padded to their longest text, as before they were packed into
-rows (models/packing.py), to take turns with the packed one.
+rows (models/packing.py), to take turns with the packed one. `--batch-tokens` with more than one
+value adds each backend's row at every further budget ("torch 2048"), to choose a budget with
+the rows taking turns.
 
 "GFLOP/s" is useful work: real (unpadded) tokens times the model's FLOPs per token (linear
 layers plus attention at the input's mean length); "% probe" sets it against the fp32 probe.
@@ -22,7 +24,7 @@ grows with --seconds or --rounds.
 
     python -m bench.encoder [--seconds S] [--rounds R] [--threads T ...] [--backends B ...]
                             [--batches N ...] [--parity-pairs P] [--texts N]
-                            [--batch-tokens T]
+                            [--batch-tokens T [T ...]] [--padded]
 """
 
 import argparse
@@ -159,13 +161,15 @@ def main() -> None:
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64])
     parser.add_argument("--texts", type=int, default=128, help="distinct texts per input kind")
     parser.add_argument("--parity-pairs", type=int, default=None, help="per dev task; all")
-    parser.add_argument("--batch-tokens", type=int, default=None, help="default: the settings'")
+    parser.add_argument(
+        "--batch-tokens", type=int, nargs="+", default=[], help="default: the settings'"
+    )
     parser.add_argument("--padded", action="store_true", help="padded passes too")
     args = parser.parse_args()
 
     settings = Settings()
-    if args.batch_tokens is not None:
-        settings = settings.model_copy(update={"max_batch_tokens": args.batch_tokens})
+    if args.batch_tokens:
+        settings = settings.model_copy(update={"max_batch_tokens": args.batch_tokens[0]})
     backends = [Backend(name) for name in args.backends]
     missing = [b.value for b in backends if not available(b)]
     backends = [b for b in backends if available(b)]
@@ -202,6 +206,10 @@ def main() -> None:
             encoders[backend.value] = encoder_for(local, None, None, backend)
             if args.padded and (backend in OPENVINO or backend == Backend.TORCH):
                 encoders[f"{backend.value} padded"] = padded(encoders[backend.value], local)
+            for budget in args.batch_tokens[1:]:
+                encoders[f"{backend.value} {budget}"] = dataclasses.replace(
+                    encoders[backend.value], batch_tokens=budget
+                )
         # A budget no batch reaches, and passes dearer than any padding: each batch is one
         # pass, padded to its longest text.
         whole = max(args.batches) * reference.max_seq_length

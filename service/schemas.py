@@ -209,7 +209,9 @@ class LimitsInfo(BaseModel):
     max_search_offset: int = Field(description="/search hits skipped before a page")
     queue_capacity_texts: int
     max_batch_size: int
-    max_batch_tokens: int = Field(description="Padded tokens per forward pass of the encoder")
+    max_batch_tokens: int = Field(
+        description="Tokens per forward pass of the encoder: padding included, unless it packs"
+    )
     batch_wait_ms: float
     max_json_depth: int = Field(description="Arrays and objects nested deeper are a 422")
     max_header_bytes: int = Field(description="Request line plus headers; more is a 431")

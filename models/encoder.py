@@ -39,7 +39,7 @@ DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 # Tokens per forward pass (padding included, unless passes are packed) unless the settings
 # name a budget. On a CPU small passes waste less on padding and keep their activations in
 # cache (padded, 1,024 beat 2,048, 4,096 and 16,384 on two Zen 3 cores, bench.encoder; packed,
-# 2,048 ran 64 short texts 6-10 % faster and 16 long ones 4-9 % slower on an Intel Xeon); a GPU
+# 2,048 ran 64 short texts 6-10 % faster and 16 long ones 7-8 % slower on an Intel Xeon); a GPU
 # needs large passes to keep busy.
 CPU_BATCH_TOKENS = 1024
 GPU_BATCH_TOKENS = 16_384

@@ -39,7 +39,14 @@ from bench.timing import load_average
 from core.backend_choice import dev_parity_set, encoder_for
 from core.settings import DATA_DIR, Settings
 from models.anchors import read_sentences
-from models.backends import OPENVINO, Backend, available, ensure_variant, load_runner
+from models.backends import (
+    OPENVINO,
+    Backend,
+    available,
+    ensure_variant,
+    load_runner,
+    variant_cache,
+)
 from models.encoder import Encoder
 from models.openvino_runner import useful_lengths
 from models.parity import check_parity, embed, sentences_per_second
@@ -117,7 +124,7 @@ def padded(encoder: Encoder, settings: Settings) -> Encoder:
         encoder.checksum,
         encoder.backend,
         prebuilt=None,
-        cache=settings.cache.encoder_variants / encoder.checksum[:16],  # where it was loaded from
+        cache=variant_cache(settings.cache.encoder_variants, encoder.checksum),  # as it loaded
         calibration=settings.anchor_corpus,
     )
     lengths = useful_lengths(settings.openvino_single_lengths, encoder.max_seq_length)

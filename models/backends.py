@@ -326,6 +326,12 @@ def build_variant(
     return target
 
 
+def variant_cache(root: Path, checksum: str) -> Path:
+    """Where, under a cache `root`, the exported variants of the checkpoint with `checksum` live:
+    one folder per checkpoint, one per backend inside it."""
+    return root / checksum[:16]
+
+
 def ensure_variant(
     model: SentenceTransformer,
     checksum: str,

@@ -29,6 +29,7 @@ from models.backends import (
     load_runner,
     require,
     tensor_features,
+    variant_cache,
 )
 from models.checksums import sha256_directory
 from models.openvino_runner import useful_lengths
@@ -262,7 +263,7 @@ def load_encoder(
     pooling = packable_pooling(model) if on_cpu else None
     runner: Runner | None = None
     if backend in EXPORTED:
-        cache = export_cache / checksum[:16] if export_cache is not None else None
+        cache = variant_cache(export_cache, checksum) if export_cache is not None else None
         folder = ensure_variant(
             model, checksum, backend, prebuilt=variants, cache=cache, calibration=calibration
         )

@@ -56,9 +56,10 @@ def _pooled_states(model: "ov.Model") -> "ov.Output | None":
 
 def packed_graph(model: "ov.Model") -> "ov.Model | None":
     """`model`, a sentence pipeline that pools by the mean, re-fed for packed rows: inputs
-    `position_ids` (rows, tokens) and `pack_mask` (rows, 1, tokens, tokens), additive, in place
-    of the positions and the mask the graph derives from `attention_mask`; output the token
-    states before pooling (rows, tokens, dim). None where a place is missing. Changes `model`."""
+    `position_ids` (rows, tokens) and `pack_mask` (rows, 1, tokens or 1, tokens), additive, in
+    place of the positions and the mask the graph derives from `attention_mask`; output the
+    token states before pooling (rows, tokens, dim). None where a place is missing. Changes
+    `model`."""
     import openvino as ov
     from openvino import opset13
 

@@ -146,7 +146,7 @@ class OpenVinoRunner:
         # With the pipeline's `pooling` known, passes of several texts are packed
         # (models/packing.py), and the graph that pads them is not compiled.
         packed = packed_graph(model.clone()) if pooling is not None else None
-        self.pooling: Pooling = pooling or "mean"  # what packed passes pool by
+        self.pooling = pooling  # what packed passes pool by
         self.compiled = core.compile_model(model if packed is None else packed, "CPU", config)
         self.packed = packed is not None
         self.inputs = _token_inputs(model)  # the padded graphs'
@@ -201,7 +201,7 @@ class OpenVinoRunner:
 
     def _packed_pass(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
         """The texts of `features` in packed rows: their embeddings (texts, dim)."""
-        assert self.mask_dtype is not None
+        assert self.mask_dtype is not None and self.pooling is not None
         packed = pack(
             features, self.packed_inputs, ROW_TOKENS, self.length_multiple, self.mask_dtype
         )

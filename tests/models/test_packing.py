@@ -17,6 +17,7 @@ from models.backends import (
     ensure_variant,
     load_runner,
     tensor_features,
+    variant_cache,
 )
 from models.encoder import Encoder
 from models.openvino_packing import packed_graph
@@ -174,7 +175,7 @@ def test_packed_passes_give_the_padded_embeddings(
         encoder.checksum,
         backend,
         prebuilt=None,
-        cache=exported_variants / encoder.checksum[:16],  # where load_encoder exports
+        cache=variant_cache(exported_variants, encoder.checksum),  # where load_encoder exports
         calibration=Settings(data_dir=DATA_DIR).anchor_corpus,
     )
     packed = load_runner(backend, folder, threads=1, pooling="normalized mean")

@@ -6,16 +6,14 @@ A variant is a folder `<root>/<backend>/` holding the exported graph and `varian
 backend, the export recipe's format and the checksum of the checkpoint it was exported from).
 The graph is the whole sentence-transformers pipeline (transformer, pooling, normalisation) as
 one function of the tokenizer's tensors, so a runner only needs the tokenizer around it. Export
-reads the loaded local checkpoint only: torch traces it to ONNX; int8 quantises that file with
-ONNX Runtime; OpenVINO converts it to its IR (models/openvino_export.py). Nothing is
-downloaded.
+reads the loaded local checkpoint only: torch traces it to ONNX, and int8 quantises that file
+with ONNX Runtime (models/onnx_export.py); OpenVINO converts it to its IR
+(models/openvino_export.py). Nothing is downloaded.
 """
 
-import copy
 import importlib.util
 import json
 import shutil
-import warnings
 from collections.abc import Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -26,13 +24,13 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from models.atomic import atomic_directory, atomic_write_json
+from models.onnx_export import export_onnx, quantize_int8
 from models.openvino_export import calibration_samples, convert_openvino
 from models.openvino_runner import Graph, OpenVinoRunner, runs_in_bf16
 from models.packing import Pooling
 
 VARIANT_FORMAT = 3  # bump when the export recipe changes: older variants are re-exported
 VARIANT_JSON = "variant.json"
-ONNX_OPSET = 17
 
 
 class Backend(StrEnum):
@@ -177,95 +175,16 @@ def tensor_features(model: SentenceTransformer, texts: list[str]) -> dict[str, t
     return {k: v for k, v in prepare(texts).items() if isinstance(v, torch.Tensor)}
 
 
-class _SentenceGraph(torch.nn.Module):
-    """The whole pipeline as a function of positional tensors, which is what tracing needs."""
-
-    def __init__(self, model: SentenceTransformer, names: list[str]) -> None:
-        super().__init__()
-        self.model = model
-        self.names = names
-
-    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
-        features = dict(zip(self.names, tensors, strict=True))
-        return self.model(features)["sentence_embedding"]
-
-
-def _export_onnx(model: SentenceTransformer, target: Path) -> None:
-    # A copy, on the CPU that the variants run on, with attention in plain products: torch's
-    # SDPA traces into a graph with a NaN guard after each softmax, which kept OpenVINO's CPU
-    # plugin from fusing attention into one kernel. Exported eagerly, `openvino-int8-static`
-    # ran 1.02-1.18x as fast, and the other exported backends 1.1-1.3x on long texts and
-    # 0.88-1.11x on short ones (AMD EPYC Zen 4, alternating in one process; docs/benchmarks.md).
-    model = copy.deepcopy(model).to("cpu")
-    model[0].auto_model.set_attn_implementation("eager")
-    # Two texts of different lengths: the trace then contains the padding path.
-    example = tensor_features(model, ["a", "a sentence of a few more words"])
-    names = list(example)
-    graph = _SentenceGraph(model, names).eval()
-    dynamic = {name: {0: "batch", 1: "tokens"} for name in names}
-    with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
-        # The trace warns about every Python-level shape check in transformers: noise here,
-        # since the parity check compares the exported graph with torch on real text.
-        warnings.simplefilter("ignore")
-        torch.onnx.export(
-            graph,
-            tuple(example[name].cpu() for name in names),
-            str(target),
-            input_names=names,
-            output_names=["sentence_embedding"],
-            dynamic_axes={**dynamic, "sentence_embedding": {0: "batch"}},
-            opset_version=ONNX_OPSET,
-            dynamo=False,  # the TorchScript tracer: no onnxscript needed, and it handles BERT
-        )
-
-
-def _int8_excluded(fp32: Path) -> list[str]:
-    """MatMuls left in fp32: all but the attention projections (query, key, value, output),
-    the ones whose weight is square (hidden x hidden). The products of two activations and
-    both feed-forward layers stay fp32. Dynamic int8 scales activations per tensor, and on
-    MiniLM's full dev sets (models/parity.py) SICK trial's Spearman fell 0.21-0.25 below
-    fp32 when the feed-forward up projections were quantised too (mean cosine 0.9956), and
-    0.47 with the down projections as well (0.9925). The attention projections alone, with
-    the 7-bit weights below, lose 0.03-0.10 (mean cosine 0.998), by how the texts are batched:
-    a pass. On 150 pairs per task the same gap read 0.29 (tests/models/test_backends.py)."""
-    import onnx
-
-    graph = onnx.load(str(fp32), load_external_data=False).graph
-    weights = {init.name: tuple(init.dims) for init in graph.initializer}
-    excluded = []
-    for node in graph.node:
-        if node.op_type != "MatMul":
-            continue
-        shape = weights.get(node.input[1])
-        if shape is None or len(shape) != 2 or shape[0] != shape[1]:
-            excluded.append(node.name)
-    return excluded
-
-
-def _quantize_int8(fp32: Path, target: Path) -> None:
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    quantize_dynamic(
-        str(fp32),
-        str(target),
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        # 7-bit weights: without AVX-512 VNNI, ONNX Runtime multiplies u8 x s8 with
-        # vpmaddubsw, whose 16-bit pair sums can saturate at full 8-bit range.
-        reduce_range=True,
-        op_types_to_quantize=["MatMul"],
-        nodes_to_exclude=_int8_excluded(fp32),
-    )
-
-
 def export_variant(
     model: SentenceTransformer, backend: Backend, out_dir: Path, calibration: Path | None = None
 ) -> None:
     """Write `backend`'s graph of the loaded checkpoint into `out_dir` (which must exist);
     `calibration`: a file of sentences, one per line, that static int8 calibrates on."""
     require(backend)
+    # Two texts of different lengths: the trace then contains the padding path.
+    example = tensor_features(model, ["a", "a sentence of a few more words"])
     if backend == Backend.ONNX:
-        _export_onnx(model, out_dir / _GRAPH_FILE[backend])
+        export_onnx(model, out_dir / _GRAPH_FILE[backend], example)
         return
     samples = None
     if backend == Backend.OPENVINO_INT8_STATIC:
@@ -276,10 +195,10 @@ def export_variant(
             calibration,
         )
     fp32 = out_dir / "fp32.onnx.tmp"
-    _export_onnx(model, fp32)
+    export_onnx(model, fp32, example)
     try:
         if backend == Backend.ONNX_INT8:
-            _quantize_int8(fp32, out_dir / _GRAPH_FILE[backend])
+            quantize_int8(fp32, out_dir / _GRAPH_FILE[backend])
         else:
             convert_openvino(
                 fp32,

@@ -11,7 +11,7 @@ NNCF's int8 recipes.
   long ones, single texts 0.91-1.20x; on MiniLM's dev sets Spearman within 0.025 of fp32, mean
   cosine 0.9968 (min 0.972). Without VNNI its products round otherwise: on an AMD Zen 3 (AVX2
   only) the mean cosine read 0.9947, under the parity check's floor, and 0.9949 once attention
-  came to be exported eagerly (models/backends.py).
+  came to be exported eagerly (models/onnx_export.py).
 """
 
 import itertools

@@ -27,7 +27,7 @@ def runs_in_bf16(graph: Graph, *, cpuinfo: Path = CPUINFO) -> bool:
     plugin would pick bf16 wherever the CPU has AVX512-BF16; what pays, and what stays right,
     was measured, each time alternating both precisions in one process (docs/benchmarks.md):
     - The int8-static graph: f32 everywhere. On an AMX Xeon, bf16 with the attention fused
-      into one kernel (exported eagerly, models/backends.py) moved embeddings far off fp32's:
+      into one kernel (exported eagerly, models/onnx_export.py) moved embeddings far off fp32's:
       mean cosine 0.9711, min 0.49 on the full dev sets, against 0.9968 in f32, which ran
       0.84-1.11x as fast as the bf16 graph exported before the fusion (thirty-fourth session).
     - AMX tiles: bf16 for the others.

@@ -1,0 +1,97 @@
+"""Exporting a sentence-transformers pipeline to ONNX, and ONNX Runtime's dynamic int8
+quantisation of that file: the first step of every exported variant (models/backends.py)."""
+
+import copy
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+from sentence_transformers import SentenceTransformer
+
+ONNX_OPSET = 17
+
+
+class _SentenceGraph(torch.nn.Module):
+    """The whole pipeline as a function of positional tensors, which is what tracing needs."""
+
+    def __init__(self, model: SentenceTransformer, names: list[str]) -> None:
+        super().__init__()
+        self.model = model
+        self.names = names
+
+    def forward(self, *tensors: torch.Tensor) -> torch.Tensor:
+        features = dict(zip(self.names, tensors, strict=True))
+        return self.model(features)["sentence_embedding"]
+
+
+def export_onnx(
+    model: SentenceTransformer, target: Path, example: Mapping[str, torch.Tensor]
+) -> None:
+    """Trace `model` into the ONNX file `target`, with batch and token axes dynamic; `example`:
+    the tokenizer's tensors of two texts of different lengths, so that the trace contains the
+    padding path."""
+    # A copy, on the CPU that the variants run on, with attention in plain products: torch's
+    # SDPA traces into a graph with a NaN guard after each softmax, which kept OpenVINO's CPU
+    # plugin from fusing attention into one kernel. Exported eagerly, `openvino-int8-static`
+    # ran 1.02-1.18x as fast, and the other exported backends 1.1-1.3x on long texts and
+    # 0.88-1.11x on short ones (AMD EPYC Zen 4, alternating in one process; docs/benchmarks.md).
+    model = copy.deepcopy(model).to("cpu")
+    model[0].auto_model.set_attn_implementation("eager")
+    names = list(example)
+    graph = _SentenceGraph(model, names).eval()
+    dynamic = {name: {0: "batch", 1: "tokens"} for name in names}
+    with warnings.catch_warnings(), torch.inference_mode(False), torch.no_grad():
+        # The trace warns about every Python-level shape check in transformers: noise here,
+        # since the parity check compares the exported graph with torch on real text.
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            graph,
+            tuple(example[name].cpu() for name in names),
+            str(target),
+            input_names=names,
+            output_names=["sentence_embedding"],
+            dynamic_axes={**dynamic, "sentence_embedding": {0: "batch"}},
+            opset_version=ONNX_OPSET,
+            dynamo=False,  # the TorchScript tracer: no onnxscript needed, and it handles BERT
+        )
+
+
+def _int8_excluded(fp32: Path) -> list[str]:
+    """MatMuls left in fp32: all but the attention projections (query, key, value, output),
+    the ones whose weight is square (hidden x hidden). The products of two activations and
+    both feed-forward layers stay fp32. Dynamic int8 scales activations per tensor, and on
+    MiniLM's full dev sets (models/parity.py) SICK trial's Spearman fell 0.21-0.25 below
+    fp32 when the feed-forward up projections were quantised too (mean cosine 0.9956), and
+    0.47 with the down projections as well (0.9925). The attention projections alone, with
+    the 7-bit weights below, lose 0.03-0.10 (mean cosine 0.998), by how the texts are batched:
+    a pass. On 150 pairs per task the same gap read 0.29 (tests/models/test_backends.py)."""
+    import onnx
+
+    graph = onnx.load(str(fp32), load_external_data=False).graph
+    weights = {init.name: tuple(init.dims) for init in graph.initializer}
+    excluded = []
+    for node in graph.node:
+        if node.op_type != "MatMul":
+            continue
+        shape = weights.get(node.input[1])
+        if shape is None or len(shape) != 2 or shape[0] != shape[1]:
+            excluded.append(node.name)
+    return excluded
+
+
+def quantize_int8(fp32: Path, target: Path) -> None:
+    """Write to `target` the ONNX file `fp32` with its attention projections in dynamic int8."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(fp32),
+        str(target),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        # 7-bit weights: without AVX-512 VNNI, ONNX Runtime multiplies u8 x s8 with
+        # vpmaddubsw, whose 16-bit pair sums can saturate at full 8-bit range.
+        reduce_range=True,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_exclude=_int8_excluded(fp32),
+    )

@@ -64,8 +64,9 @@ def _int8_excluded(fp32: Path) -> list[str]:
     MiniLM's full dev sets (models/parity.py) SICK trial's Spearman fell 0.21-0.25 below
     fp32 when the feed-forward up projections were quantised too (mean cosine 0.9956), and
     0.47 with the down projections as well (0.9925). The attention projections alone, with
-    the 7-bit weights below, lose 0.03-0.10 (mean cosine 0.998), by how the texts are batched:
-    a pass. On 150 pairs per task the same gap read 0.29 (tests/models/test_backends.py)."""
+    the 7-bit weights below, lose 0.03-0.10 (mean cosine 0.998), depending on how the texts are
+    cut into passes. On 150 pairs per task the same gap read 0.29
+    (tests/models/test_backends.py)."""
     import onnx
 
     graph = onnx.load(str(fp32), load_external_data=False).graph

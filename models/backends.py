@@ -118,6 +118,9 @@ class Runner(Protocol):
 
 
 class _OnnxRunner:
+    # Padded passes: packed ones (models/packing.py) ran short batches 1.06-1.55x as fast but
+    # single texts 0.86-0.92x and long batches 0.83-1.09x, against passes already cut by
+    # length (AMD EPYC Zen 3, docs/benchmarks.md).
     packed = False
 
     def __init__(self, path: Path, threads: int | None) -> None:

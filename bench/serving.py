@@ -3,8 +3,9 @@
 One run measures, on the same machine and the same Wikipedia sentences:
   (a) the baseline: the same model encoding batches of 64 in this process, no HTTP;
   (a32), (a16), (a8) the same encoder in-process in smaller batches: N clients of one text
-      each can never form batches larger than N (and form two cohorts of N / 2), so these
-      are the most (b) could reach with HTTP costing nothing;
+      each can never form batches larger than N (N / 2 where they do not come back within the
+      batcher's rejoin wait, RANKSERVE_BATCH_REJOIN_MS), so these are the most (b) could reach
+      with HTTP costing nothing;
   (b16), (b64) `rankserve serve` (started here, real uvicorn on a free port) with 16 and 64
       concurrent clients, each sending one text per request;
   (c) 16 clients sending 8 texts per request.

@@ -110,6 +110,7 @@ def create_app(
             metrics_,
             max_batch_size=settings.encode_batch_size,
             max_wait_s=settings.batch_wait_ms / 1000,
+            rejoin_s=settings.batch_rejoin_ms / 1000,
             capacity=settings.queue_capacity,
             retry_after_s=settings.retry_after_s,
         ),

@@ -213,6 +213,9 @@ class LimitsInfo(BaseModel):
         description="Tokens per forward pass of the encoder: padding included, unless it packs"
     )
     batch_wait_ms: float
+    batch_rejoin_ms: float = Field(
+        description="How long at most a batch's clients are waited for to send their next texts"
+    )
     max_json_depth: int = Field(description="Arrays and objects nested deeper are a 422")
     max_header_bytes: int = Field(description="Request line plus headers; more is a 431")
     max_headers: int = Field(description="Header fields per request; more is a 431")

@@ -51,6 +51,7 @@ def build_router(settings: Settings) -> APIRouter:
                 max_batch_size=current.encode_batch_size,
                 max_batch_tokens=engine.encoder.batch_tokens,
                 batch_wait_ms=current.batch_wait_ms,
+                batch_rejoin_ms=current.batch_rejoin_ms,
                 max_json_depth=current.max_json_depth,
                 max_header_bytes=current.max_header_bytes,
                 max_headers=current.max_headers,

@@ -7,6 +7,7 @@ decided by the test, not by timing; the metrics then show how the queue was cut 
 import asyncio
 import dataclasses
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 from models.encoder import Encoder
+from service.batching import REJOIN_SHARE
 from service.engine import Engine
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
 
@@ -140,3 +142,72 @@ def test_requests_finish_on_the_engine_they_started_with(quick_server: Server, e
             assert response.headers["X-Model-Version"] == version
     # The queued request and the one after the swap never share a batch: different engines.
     assert quick_server.metric("rankserve_batch_size_count") == batches + 3
+
+
+class SlowEncoder(Encoder):
+    """The real encoder, each call a second longer: long enough that a client answered by one
+    batch is back, over real HTTP, well inside the wait for it (30 % of the call)."""
+
+    SECONDS = 1.0
+
+    def encode(self, *args, **kwargs) -> torch.Tensor:
+        time.sleep(self.SECONDS)
+        return super().encode(*args, **kwargs)
+
+
+@pytest.fixture
+def slow_engine(engine: Engine, encoder: Encoder) -> Engine:
+    fields = {f.name: getattr(encoder, f.name) for f in dataclasses.fields(encoder) if f.init}
+    return dataclasses.replace(engine, encoder=SlowEncoder(**fields))
+
+
+def answered_client_and_a_queued_one(server: Server) -> None:
+    """Client A sends a text and, once answered, another; client B's text queues while A's
+    first is encoded."""
+    batches = server.metric("rankserve_batch_size_count")
+
+    def client_a() -> list[httpx.Response]:
+        return [post(server, "/encode", {"texts": [text]}) for text in ("a one", "a two")]
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        a = pool.submit(client_a)
+        server.wait_metric("rankserve_batch_size_count", batches + 1)
+        b = pool.submit(post, server, "/encode", {"texts": ["b one"]})
+        server.wait_metric("rankserve_queue_texts", 1)
+        responses = [*a.result(), b.result()]
+    assert [response.status_code for response in responses] == [200, 200, 200]
+
+
+def test_a_batch_waits_for_the_clients_it_answered(tmp_path, slow_engine: Engine):
+    assert REJOIN_SHARE * SlowEncoder.SECONDS >= 0.25  # the wait: ample for a local request
+    with serve(make_settings(tmp_path, batch_rejoin_ms=1000), fixed_engine(slow_engine)) as running:
+        running.wait_ready()
+        batches = running.metric("rankserve_batch_size_count")
+        answered_client_and_a_queued_one(running)
+        # A's second text came back in time to join B's: two batches, not three.
+        assert running.metric("rankserve_batch_size_count") == batches + 2
+        assert running.services.batcher.rejoin_misses == 0
+
+
+def test_without_the_rejoin_wait_the_queued_text_leaves_alone(tmp_path, slow_engine: Engine):
+    with serve(make_settings(tmp_path, batch_rejoin_ms=0), fixed_engine(slow_engine)) as running:
+        running.wait_ready()
+        batches = running.metric("rankserve_batch_size_count")
+        answered_client_and_a_queued_one(running)
+        assert running.metric("rankserve_batch_size_count") == batches + 3
+
+
+def test_a_client_that_does_not_come_back_costs_one_wait_then_a_pause(
+    tmp_path, slow_engine: Engine
+):
+    with serve(make_settings(tmp_path, batch_rejoin_ms=1000), fixed_engine(slow_engine)) as running:
+        running.wait_ready()
+        batches = running.metric("rankserve_batch_size_count")
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            first = pool.submit(post, running, "/encode", {"texts": ["leaves after this"]})
+            running.wait_metric("rankserve_batch_size_count", batches + 1)
+            queued = pool.submit(post, running, "/encode", {"texts": ["queued meanwhile"]})
+            assert first.result().status_code == queued.result().status_code == 200
+        # The queued text waited in vain for the first client, then went alone.
+        assert running.metric("rankserve_batch_size_count") == batches + 2
+        assert running.services.batcher.rejoin_misses == 1

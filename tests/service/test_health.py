@@ -47,6 +47,7 @@ def test_info_publishes_the_model_and_every_limit(server: Server, encoder: Encod
         "max_batch_size": settings.encode_batch_size,
         "max_batch_tokens": encoder.batch_tokens,
         "batch_wait_ms": settings.batch_wait_ms,
+        "batch_rejoin_ms": settings.batch_rejoin_ms,
         "max_json_depth": 32,
         "max_header_bytes": 16 * 1024,
         "max_headers": 100,

@@ -1,5 +1,5 @@
-"""A benchmark's own `rankserve serve` and its HTTP clients: bench.serving, bench.heap and
-bench.http_search measure through these.
+"""A benchmark's own `rankserve serve` and its HTTP clients: bench.serving, bench.replicas
+and bench.http_search measure through these.
 
 The server is a subprocess on a free port, with Redis keys of its own, deleted when it stops.
 The clients are aiohttp's, in the benchmark's process: on a 2-core AMD EPYC Zen 4 (load
@@ -12,13 +12,14 @@ than the server.
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,44 @@ def running_service(
         store.close()
 
 
+def _bodies(sentences: list[str], per_request: int) -> list[bytes]:
+    return [
+        json.dumps({"texts": sentences[i : i + per_request]}).encode()
+        for i in range(0, len(sentences) - per_request + 1, per_request)
+    ]
+
+
+_HEADERS = {"content-type": "application/json"}
+
+
+async def _measured_round(
+    tally: Tally,
+    service: Service,
+    http: aiohttp.ClientSession,
+    per_request: int,
+    requests: Callable[[], Awaitable[None]],
+) -> None:
+    """Start `requests` and await them; they append their latencies to `tally`, and this adds
+    the round's sentences, CPU times and the batches the server formed to it."""
+    texts_before, batches_before = await batch_totals(http)
+    answered_before = len(tally.latencies)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    server_cpu_start = cpu_seconds(service.pid)
+    # The event loop runs in the server's main thread, whose id is the process's.
+    event_loop_cpu_start = cpu_seconds(service.pid, thread=service.pid)
+    await requests()
+    tally.event_loop_cpu_s += cpu_seconds(service.pid, thread=service.pid)
+    tally.event_loop_cpu_s -= event_loop_cpu_start
+    answered = len(tally.latencies) - answered_before
+    tally.add_round(answered * per_request, time.perf_counter() - start)
+    client_cpu = time.process_time() - cpu_start
+    tally.client_cpu_s += client_cpu
+    tally.cpu_s += client_cpu + cpu_seconds(service.pid) - server_cpu_start
+    texts_after, batches_after = await batch_totals(http)
+    tally.batched_texts += texts_after - texts_before
+    tally.batches += batches_after - batches_before
+
+
 async def http_clients(
     tally: Tally,
     service: Service,
@@ -146,47 +185,64 @@ async def http_clients(
 ) -> None:
     """`clients` concurrent loops of POST /encode, `per_request` texts each, for `seconds`;
     the round's sentences, latencies, CPU times and the batches the server formed go to `tally`."""
-    bodies = [
-        json.dumps({"texts": sentences[i : i + per_request]}).encode()
-        for i in range(0, len(sentences) - per_request + 1, per_request)
-    ]
-    headers = {"content-type": "application/json"}
+    bodies = _bodies(sentences, per_request)
     connector = aiohttp.TCPConnector(limit=clients)
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(service.url, connector=connector, timeout=timeout) as http:
-        done = 0
 
         async def client(offset: int, until: float, record: bool) -> None:
-            nonlocal done
             sent = offset
             while time.perf_counter() < until:
                 began = time.perf_counter()
                 body = bodies[sent % len(bodies)]
-                async with http.post("/encode", data=body, headers=headers) as response:
+                async with http.post("/encode", data=body, headers=_HEADERS) as response:
                     await response.read()
                     response.raise_for_status()
                 if record:
                     tally.latencies.append(time.perf_counter() - began)
-                    done += per_request
                 sent += clients
 
         warm_until = time.perf_counter() + 1  # connections open, the server's queue full
         await asyncio.gather(*(client(i, warm_until, False) for i in range(clients)))
-        texts_before, batches_before = await batch_totals(http)
-        start, cpu_start = time.perf_counter(), time.process_time()
-        server_cpu_start = cpu_seconds(service.pid)
-        # The event loop runs in the server's main thread, whose id is the process's.
-        event_loop_cpu_start = cpu_seconds(service.pid, thread=service.pid)
-        await asyncio.gather(*(client(i, start + seconds, True) for i in range(clients)))
-        tally.event_loop_cpu_s += cpu_seconds(service.pid, thread=service.pid)
-        tally.event_loop_cpu_s -= event_loop_cpu_start
-        tally.add_round(done, time.perf_counter() - start)
-        client_cpu = time.process_time() - cpu_start
-        tally.client_cpu_s += client_cpu
-        tally.cpu_s += client_cpu + cpu_seconds(service.pid) - server_cpu_start
-        texts_after, batches_after = await batch_totals(http)
-        tally.batched_texts += texts_after - texts_before
-        tally.batches += batches_after - batches_before
+
+        def requests() -> Awaitable[None]:
+            until = time.perf_counter() + seconds
+            return asyncio.gather(*(client(i, until, True) for i in range(clients)))
+
+        await _measured_round(tally, service, http, per_request, requests)
+
+
+async def arrivals(
+    tally: Tally, service: Service, sentences: list[str], rate: float, seconds: float
+) -> None:
+    """One-text POST /encode requests arriving at random (a Poisson process of `rate` per
+    second) for `seconds`, each sent when it arrives whatever is still unanswered: independent
+    users rather than clients that wait for their answers. Goes to `tally` as in http_clients;
+    the round lasts until the last arrival is answered."""
+    bodies = _bodies(sentences, 1)
+    arrival_times = random.Random(0)
+    timeout = aiohttp.ClientTimeout(total=60)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(service.url, connector=connector, timeout=timeout) as http:
+
+        async def request(body: bytes) -> None:
+            began = time.perf_counter()
+            async with http.post("/encode", data=body, headers=_HEADERS) as response:
+                await response.read()
+                response.raise_for_status()
+            tally.latencies.append(time.perf_counter() - began)
+
+        async def arrive() -> None:
+            sent: list[asyncio.Task[None]] = []
+            due = time.perf_counter()
+            until = due + seconds
+            while due < until:
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                sent.append(asyncio.create_task(request(bodies[len(sent) % len(bodies)])))
+                due += arrival_times.expovariate(rate)
+            await asyncio.gather(*sent)
+
+        await _measured_round(tally, service, http, 1, arrive)
 
 
 async def batch_totals(http: aiohttp.ClientSession) -> tuple[float, float]:

@@ -135,8 +135,8 @@ def main() -> None:
     table = Table(
         title=f"{info['model_name']} on {info['device']}, {torch.get_num_threads()} torch threads,"
         f" {os.cpu_count()} CPUs, {args.rounds} rounds of {args.seconds:g} s; batching: wait"
-        f" {limits['batch_wait_ms']} ms, at most {limits['max_batch_size']} texts /"
-        f" {limits['max_batch_tokens']} tokens"
+        f" {limits['batch_wait_ms']} ms, rejoin {limits['batch_rejoin_ms']} ms, at most"
+        f" {limits['max_batch_size']} texts / {limits['max_batch_tokens']} tokens"
     )
     columns = (
         "scenario",

@@ -4,7 +4,7 @@ A replica's imports (torch, transformers, OpenVINO, NNCF) leave about 490,000 ob
 collector tracks, and the engine adds its own. They live as long as the process, yet every full
 collection walked them all: 255 ms on an idle 2-core AMD EPYC Zen 4, 360-610 ms under load, with
 the GIL held, so no request moved and the encoder ran out of work. Under 64 one-text clients that
-came every 6 s or so, and doubled the p99 latency (`python -m bench.heap`, docs/api.md).
+came every 6 s or so, and doubled the p99 latency (`python -m bench.replicas`, docs/api.md).
 `gc.freeze()` moves every tracked object into a permanent generation that collections skip
 (CPython's advice for long-lived startup state); a full collection then walks only what was
 made since, in about 2 ms. RANKSERVE_FREEZE_HEAP=false turns this off.

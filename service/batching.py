@@ -152,17 +152,14 @@ class Batcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), remaining)
         if rejoining:
-            if self._pending_texts >= self._expected:
+            back = self._pending_texts >= self._expected
+            self.metrics.rejoin_waits.labels(outcome="back" if back else "in_vain").inc()
+            if back:
                 self._misses = 0
             else:
                 self._skips = REJOIN_BACKOFF[min(self._misses, len(REJOIN_BACKOFF) - 1)]
                 self._misses += 1
         self._expected = 0
-
-    @property
-    def rejoin_misses(self) -> int:
-        """Waits for answered clients in vain since the last that filled up."""
-        return self._misses
 
     def _expect_back(self, answered: int, encoding_s: float) -> None:
         """After a batch of `answered` texts that took `encoding_s` to encode: wait for those

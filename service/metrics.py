@@ -89,6 +89,14 @@ class Metrics:
             registry=self.registry,
             multiprocess_mode="livesum",  # every live worker's queue, added up
         )
+        self.rejoin_waits = Counter(
+            "rankserve_batch_rejoin_waits",
+            "Waits after a batch for the clients it answered, by whether they came back in time",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in ("back", "in_vain"):  # both at 0 from the start, as Prometheus advises
+            self.rejoin_waits.labels(outcome=outcome)
         self.rejected = Counter(
             "rankserve_rejected_overload",
             "Requests refused with 429 because the queue was full",

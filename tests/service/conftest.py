@@ -63,13 +63,14 @@ class Server:
                     raise TimeoutError("the service did not become ready")
                 time.sleep(0.05)
 
-    def metric(self, sample: str) -> float:
-        """The value of an unlabelled sample (e.g. rankserve_batch_size_count) in /metrics."""
+    def metric(self, sample: str, **labels: str) -> float:
+        """The value of a sample (e.g. rankserve_batch_size_count) in /metrics with exactly
+        these `labels` (none by default)."""
         with self.client() as client:
             text = client.get("/metrics").text
         for family in text_string_to_metric_families(text):
             for item in family.samples:
-                if item.name == sample and not item.labels:
+                if item.name == sample and item.labels == labels:
                     return item.value
         raise KeyError(sample)
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import pytest
@@ -150,7 +151,7 @@ class SlowEncoder(Encoder):
 
     SECONDS = 1.0
 
-    def encode(self, *args, **kwargs) -> torch.Tensor:
+    def encode(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         time.sleep(self.SECONDS)
         return super().encode(*args, **kwargs)
 
@@ -186,7 +187,8 @@ def test_a_batch_waits_for_the_clients_it_answered(tmp_path, slow_engine: Engine
         answered_client_and_a_queued_one(running)
         # A's second text came back in time to join B's: two batches, not three.
         assert running.metric("rankserve_batch_size_count") == batches + 2
-        assert running.services.batcher.rejoin_misses == 0
+        assert running.metric("rankserve_batch_rejoin_waits_total", outcome="back") == 1
+        assert running.metric("rankserve_batch_rejoin_waits_total", outcome="in_vain") == 0
 
 
 def test_without_the_rejoin_wait_the_queued_text_leaves_alone(tmp_path, slow_engine: Engine):
@@ -210,4 +212,5 @@ def test_a_client_that_does_not_come_back_costs_one_wait_then_a_pause(
             assert first.result().status_code == queued.result().status_code == 200
         # The queued text waited in vain for the first client, then went alone.
         assert running.metric("rankserve_batch_size_count") == batches + 2
-        assert running.services.batcher.rejoin_misses == 1
+        assert running.metric("rankserve_batch_rejoin_waits_total", outcome="back") == 0
+        assert running.metric("rankserve_batch_rejoin_waits_total", outcome="in_vain") == 1

@@ -44,8 +44,8 @@ T = TypeVar("T")
 # throughput where they do not come back. Sixteen one-text clients came back within it on a
 # 2-core AMD EPYC Zen 4, with the server and the clients on the same cores (docs/api.md).
 REJOIN_SHARE = 0.3
-# After a wait in vain, the collector skips waiting after this many batches, doubled at each
-# further one up to the last; a wait that fills up resets it.
+# After the n-th wait in vain in a row the collector does not wait after the next
+# REJOIN_BACKOFF[n] batches (the last entry from then on); a wait that fills up resets n.
 REJOIN_BACKOFF = (1, 2, 4, 8, 16, 32)
 
 

@@ -48,7 +48,7 @@ def main() -> None:
     )
     parser.add_argument("--clients", type=int, nargs="*", default=[16, 64])
     parser.add_argument("--rates", type=float, nargs="*", default=[], help="arrivals per second")
-    parser.add_argument("--rounds", type=int, default=6, help="rounds per server and count")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds per server and load")
     parser.add_argument("--seconds", type=float, default=10.0, help="per round")
     args = parser.parse_args()
     name, *values = args.setting

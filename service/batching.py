@@ -12,10 +12,11 @@ into the cheapest forward passes within the size and its padded-token budget.
 Clients that wait for each answer before they send again would otherwise settle into two
 cohorts that take turns: while one is encoded, the other's answers and next requests cross
 HTTP, and every batch holds half of them. So after a batch the collector gives the clients it
-has just answered up to `rejoin_s`, and at most `REJOIN_SHARE` of the batch's own encoding time,
-to send their next texts, and leaves as soon as they have: one cohort, batches twice as large.
+has just answered up to `rejoin_s`, and at most a share of the batch's own encoding time, to
+send their next texts, and leaves as soon as they have: one cohort, batches twice as large.
 Where they do not come back in time (clients that pause, or leave), it stops waiting for a
-growing number of batches, so a stream of independent requests pays for it rarely.
+growing number of batches, so a stream of independent requests pays for it rarely
+(service/rejoin.py keeps that account).
 
 One worker thread only: torch already spreads a forward pass over the cores, and one queue
 keeps the order of work under load predictable. The queue is bounded in texts; a request
@@ -37,16 +38,9 @@ from service.background import stop_task
 from service.engine import Engine
 from service.metrics import Metrics
 from service.queue_full import QueueFullError
+from service.rejoin import RejoinWait
 
 T = TypeVar("T")
-
-# The longest wait for answered clients, as a share of the batch just encoded: its worst cost in
-# throughput where they do not come back. Sixteen one-text clients came back within it on a
-# 2-core AMD EPYC Zen 4, with the server and the clients on the same cores (docs/api.md).
-REJOIN_SHARE = 0.3
-# After the n-th wait in vain in a row the collector does not wait after the next
-# REJOIN_BACKOFF[n] batches (the last entry from then on); a wait that fills up resets n.
-REJOIN_BACKOFF = (1, 2, 4, 8, 16, 32)
 
 
 @dataclass(frozen=True)
@@ -86,7 +80,6 @@ class Batcher:
         self.metrics = metrics
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
-        self.rejoin_s = rejoin_s
         self.capacity = capacity
         self.retry_after_s = retry_after_s
         self._pending: deque[_Job] = deque()
@@ -94,12 +87,7 @@ class Batcher:
         self._arrived = asyncio.Event()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
         self._collector: asyncio.Task[None] | None = None
-        # Texts expected in the queue (those waiting and the answered clients' next ones), and
-        # until when they are waited for.
-        self._expected = 0
-        self._expected_until = 0.0
-        self._misses = 0  # waits in vain in a row: an index into REJOIN_BACKOFF
-        self._skips = 0  # batches after which not to wait
+        self._rejoin = RejoinWait(rejoin_s, max_batch_size)
 
     async def start(self) -> None:
         self._collector = asyncio.create_task(self._collect(), name="batch-collector")
@@ -140,37 +128,23 @@ class Batcher:
         """Wait, with requests pending, for others to join: up to `max_wait_s` from the first
         one's arrival, and while the answered clients are expected back."""
         deadline = self._pending[0].enqueued + self.max_wait_s
-        rejoining = self._pending_texts < self._expected
+        rejoin = self._rejoin
+        rejoining = rejoin.waits(self._pending_texts)
         while self._pending_texts < self.max_batch_size:
             now = time.perf_counter()
             remaining = deadline - now
-            if self._pending_texts < self._expected:
-                remaining = max(remaining, self._expected_until - now)
+            if rejoin.waits(self._pending_texts):
+                remaining = max(remaining, rejoin.until - now)
             if remaining <= 0:
                 break
             self._arrived.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._arrived.wait(), remaining)
         if rejoining:
-            back = self._pending_texts >= self._expected
-            self.metrics.rejoin_waits.labels(outcome="back" if back else "in_vain").inc()
-            if back:
-                self._misses = 0
-            else:
-                self._skips = REJOIN_BACKOFF[min(self._misses, len(REJOIN_BACKOFF) - 1)]
-                self._misses += 1
-        self._expected = 0
-
-    def _expect_back(self, answered: int, encoding_s: float) -> None:
-        """After a batch of `answered` texts that took `encoding_s` to encode: wait for those
-        clients' next texts before the next batch, unless backing off."""
-        if self._skips:
-            self._skips -= 1
-            return
-        window = min(self.rejoin_s, REJOIN_SHARE * encoding_s)
-        if window > 0:
-            self._expected = min(self._pending_texts + answered, self.max_batch_size)
-            self._expected_until = time.perf_counter() + window
+            outcome = rejoin.settle(self._pending_texts)
+            self.metrics.rejoin_waits.labels(outcome=outcome).inc()
+        else:
+            rejoin.forget()
 
     async def _next_arrival(self) -> None:
         while not self._pending:
@@ -211,7 +185,7 @@ class Batcher:
                 if not job.future.done():
                     job.future.set_exception(error)
             return
-        self._expect_back(len(texts), encoding_s)
+        self._rejoin.after_batch(len(texts), self._pending_texts, encoding_s, time.perf_counter())
         start = 0
         for job in jobs:
             stop = start + len(job.texts)

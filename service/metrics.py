@@ -18,6 +18,7 @@ import tempfile
 import time
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
+from typing import get_args
 
 from prometheus_client import (
     CollectorRegistry,
@@ -29,6 +30,8 @@ from prometheus_client import (
 )
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.rejoin import Outcome
 
 MODEL_VERSION_HEADER = "X-Model-Version"
 # The ASGI scope key under which the engine dependency records the version a request used.
@@ -95,7 +98,7 @@ class Metrics:
             ["outcome"],
             registry=self.registry,
         )
-        for outcome in ("back", "in_vain"):  # both at 0 from the start, as Prometheus advises
+        for outcome in get_args(Outcome):  # both at 0 from the start, as Prometheus advises
             self.rejoin_waits.labels(outcome=outcome)
         self.rejected = Counter(
             "rankserve_rejected_overload",

@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from models.encoder import Encoder
-from service.batching import REJOIN_SHARE
 from service.engine import Engine
+from service.rejoin import SHARE
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
 
 
@@ -180,7 +180,7 @@ def answered_client_and_a_queued_one(server: Server) -> None:
 
 
 def test_a_batch_waits_for_the_clients_it_answered(tmp_path, slow_engine: Engine):
-    assert REJOIN_SHARE * SlowEncoder.SECONDS >= 0.25  # the wait: ample for a local request
+    assert SHARE * SlowEncoder.SECONDS >= 0.25  # the wait: ample for a local request
     with serve(make_settings(tmp_path, batch_rejoin_ms=1000), fixed_engine(slow_engine)) as running:
         running.wait_ready()
         batches = running.metric("rankserve_batch_size_count")

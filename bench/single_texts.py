@@ -1,19 +1,23 @@
 """Single texts in OpenVINO's static graphs against its dynamic graph: texts/s and memory.
 
 A replica encodes one text at a time whenever requests do not queue (a query per /search, say).
-An OpenVINO backend runs such a text of up to one of RANKSERVE_OPENVINO_SINGLE_LENGTHS tokens
-in a graph compiled for that one shape (models/openvino_runner.py); without them, in its
+An OpenVINO backend runs such a text in a graph compiled for one shape (models/openvino_static.py):
+of up to one of RANKSERVE_OPENVINO_SINGLE_LENGTHS tokens from the start, of up to one of
+RANKSERVE_OPENVINO_SINGLE_LENGTHS_ON_DEMAND once such texts keep coming; otherwise in its
 dynamic graph, as every other pass. For each installed OpenVINO backend this loads the encoder
-both ways and, beside torch fp32, encodes short texts (one Wikipedia sentence) and long ones
-(eight, which exceed the lengths and so measure what the static graphs cost the rest) one at a
-time, the three encoders in turn text by text, so that a change of load hits them alike: each
-text's time goes to its encoder. Each encoder first runs every text once, untimed, so that the
-dynamic graph has compiled every shape. Prints texts/s per round and the ratios of the totals.
-Then each configuration's resident memory in a fresh process (the encoder loaded and a few
-texts encoded), since memory is what the static graphs cost. Memory: torch fp32 and one
-backend's two encoders at a time, then each fresh process (640-870 MB measured on a Zen 4).
+without static graphs and with all of them compiled (the steady state of a replica that meets
+texts of every length) and, beside torch fp32, encodes short texts (one Wikipedia sentence) and
+long ones (eight) one at a time, the three encoders in turn text by text, so that a change of
+load hits them alike: each text's time goes to its encoder. Each encoder first runs every text
+once, untimed, so that the dynamic graph has compiled every shape. Prints texts/s per round and
+the ratios of the totals. Then each configuration's resident memory in a fresh process (the
+encoder loaded and a few texts encoded): dynamic only, the graphs compiled at load, and all of
+them, since memory is what the static graphs cost. Memory: torch fp32 and one backend's two
+encoders at a time, then each fresh process (640-1,250 MB measured on a Zen 4).
 
     python -m bench.single_texts [--rounds R] [--texts N] [--backends B ...] [--lengths L ...]
+
+`--lengths`: every static graph's, instead of the settings' two lists.
 """
 
 import argparse
@@ -22,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from bench.encoder import short_and_long
+from bench.encoder import compiled_at_load, short_and_long
 from bench.memory import MB, rss_bytes
 from bench.timing import load_average, say
 from core.backend_choice import encoder_for
@@ -48,9 +52,16 @@ def _resident_mb(backend: str, lengths: list[int]) -> float:
     return float(done.stdout.strip().splitlines()[-1])
 
 
+_ON_DEMAND = "openvino_single_lengths_on_demand"
+
+
+def _static(lengths: list[int]) -> Settings:
+    """The settings with static graphs of these `lengths`, all compiled at load."""
+    return Settings(openvino_single_lengths=lengths, openvino_single_lengths_on_demand=[])
+
+
 def _child(backend: str, lengths: list[int]) -> None:
-    settings = Settings(openvino_single_lengths=lengths)
-    encoder = encoder_for(settings, None, None, Backend(backend))
+    encoder = encoder_for(_static(lengths), None, None, Backend(backend))
     for texts in short_and_long(8).values():
         for text in texts:
             encoder.encode([text])
@@ -71,8 +82,10 @@ def main() -> None:
 
     settings = Settings()
     # Where the settings turn the static graphs off, what they would be by default.
-    default = Settings.model_fields["openvino_single_lengths"].default
-    lengths = args.lengths or settings.openvino_single_lengths or default
+    fields = Settings.model_fields
+    default = [*fields["openvino_single_lengths"].default, *fields[_ON_DEMAND].default]
+    lengths = args.lengths or compiled_at_load(settings).openvino_single_lengths or default
+    at_load = [n for n in settings.openvino_single_lengths if n in lengths]
     backends = [Backend(name) for name in args.backends if available(Backend(name))]
     say(f"load average {load_average()} at start; static graphs for {lengths} tokens")
     kinds = short_and_long(args.texts)
@@ -88,8 +101,8 @@ def main() -> None:
     for backend in backends:
         encoders = {
             "torch fp32": torch_fp32,
-            "dynamic": encoder_for(Settings(openvino_single_lengths=[]), None, None, backend),
-            "static": encoder_for(Settings(openvino_single_lengths=lengths), None, None, backend),
+            "dynamic": encoder_for(_static(lengths=[]), None, None, backend),
+            "static": encoder_for(_static(lengths), None, None, backend),
         }
         say(f"\n{backend.value}: texts/s per round (torch fp32, dynamic, static)")
         for kind, texts in kinds.items():
@@ -110,10 +123,12 @@ def main() -> None:
                 f"static {static / fp32:.2f}x, dynamic {dynamic / fp32:.2f}x"
             )
         without = _resident_mb(backend.value, [])
-        with_static = _resident_mb(backend.value, lengths)
+        loaded = _resident_mb(backend.value, at_load)
+        every = _resident_mb(backend.value, lengths)
         say(
-            f"  resident memory: {without:.0f} MB dynamic only, {with_static:.0f} MB with the "
-            f"static graphs (+{with_static - without:.0f} MB)  load {load_average()}"
+            f"  resident memory: {without:.0f} MB dynamic only, {loaded:.0f} MB with the "
+            f"graphs of {at_load} (+{loaded - without:.0f} MB), {every:.0f} MB with all "
+            f"(+{every - without:.0f} MB)  load {load_average()}"
         )
     say(f"\nload average {load_average()} at the end")
 

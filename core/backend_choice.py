@@ -59,6 +59,7 @@ def encoder_for(
         threads=settings.torch_threads,
         calibration=settings.anchor_corpus,
         single_lengths=settings.openvino_single_lengths,
+        on_demand_lengths=settings.openvino_single_lengths_on_demand,
     )
 
 

@@ -103,10 +103,14 @@ class Settings(BaseSettings):
         default=None, ge=1, description="tokens per forward pass; None: by device"
     )
     # The OpenVINO backends run one text of up to each of these many tokens in a graph compiled
-    # for that shape: faster, for memory (models/openvino_runner.py, docs/configuration.md).
+    # for that shape: faster, for memory (models/openvino_static.py, docs/configuration.md).
+    # These at load; the on-demand ones once single texts keep needing them.
     openvino_single_lengths: Annotated[list[Annotated[int, Field(ge=1, le=512)]], NoDecode] = Field(
         default=[16, 32], max_length=8
     )
+    openvino_single_lengths_on_demand: Annotated[
+        list[Annotated[int, Field(ge=1, le=512)]], NoDecode
+    ] = Field(default=[64, 128, 160, 192, 224, 256], max_length=8)
     retry_after_s: int = Field(default=1, ge=1, description="Retry-After sent with a 429")
     # JSON bodies nested deeper than this are a 422; pydantic and Python's own recursion never
     # see them. The deepest request the API defines (a document's metadata) is 4 levels.
@@ -282,7 +286,12 @@ class Settings(BaseSettings):
         # As _blank_is_none: compose passes an unset variable through as "".
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("redis_sentinels", "openvino_single_lengths", mode="before")
+    @field_validator(
+        "redis_sentinels",
+        "openvino_single_lengths",
+        "openvino_single_lengths_on_demand",
+        mode="before",
+    )
     @classmethod
     def _split_commas(cls, value: object) -> object:
         # The environment gives one string, "h1:26379,h2:26379" or "16,32"; a JSON list works

@@ -150,11 +150,13 @@ def load_runner(
     directory: Path,
     threads: int | None = None,
     single_lengths: Sequence[int] = (),
+    on_demand_lengths: Sequence[int] = (),
     pooling: Pooling | None = None,
 ) -> Runner:
     """The runner of the variant in `directory` (a folder that `ensure_variant` returned).
     OpenVINO's runs single texts of up to each of `single_lengths` tokens in a graph compiled
-    for that shape (models/openvino_runner.py), and packs the texts of other passes into rows
+    for that shape, and of `on_demand_lengths` once such texts keep coming
+    (models/openvino_static.py), and packs the texts of other passes into rows
     when the pipeline's `pooling` is given (models/packing.py)."""
     require(backend)
     graph = directory / _GRAPH_FILE[backend]
@@ -165,6 +167,7 @@ def load_runner(
             int8_weights=backend == Backend.OPENVINO_INT8,
             bf16=runs_in_bf16(OPENVINO_GRAPHS[backend]),
             single_lengths=single_lengths,
+            on_demand_lengths=on_demand_lengths,
             word_embeddings_outside=backend == Backend.OPENVINO_INT8_STATIC,
             pooling=pooling,
         )

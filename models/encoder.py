@@ -32,7 +32,7 @@ from models.backends import (
     variant_cache,
 )
 from models.checksums import sha256_directory
-from models.openvino_runner import useful_lengths
+from models.openvino_static import useful_lengths
 from models.packing import packable_pooling
 from models.torch_packing import TorchPackedRunner
 
@@ -225,6 +225,7 @@ def load_encoder(
     threads: int | None = None,
     calibration: Path | None = None,
     single_lengths: Sequence[int] = (),
+    on_demand_lengths: Sequence[int] = (),
 ) -> Encoder:
     """Load a sentence-transformers directory (default: the packaged all-MiniLM-L6-v2).
 
@@ -233,7 +234,8 @@ def load_encoder(
     `threads` sizes its runtime's thread pool (None: the runtime's default); `calibration`,
     a file of sentences, is what `openvino-int8-static` calibrates on when exported;
     `single_lengths`, the token counts up to which OpenVINO runs a single text in a graph of
-    its own shape (models/openvino_runner.py). Exported backends run on the CPU.
+    its own shape, and `on_demand_lengths`, those whose graphs it compiles once single texts
+    need them (models/openvino_static.py). Exported backends run on the CPU.
     `batch_tokens` None: the device's default budget.
     """
     backend = Backend(backend)
@@ -267,8 +269,8 @@ def load_encoder(
         folder = ensure_variant(
             model, checksum, backend, prebuilt=variants, cache=cache, calibration=calibration
         )
-        lengths = useful_lengths(single_lengths, model.max_seq_length)
-        runner = load_runner(backend, folder, threads, lengths, pooling)
+        at_load, on_demand = useful_lengths(single_lengths, on_demand_lengths, model.max_seq_length)
+        runner = load_runner(backend, folder, threads, at_load, on_demand, pooling)
     elif backend == Backend.TORCH and pooling is not None:
         runner = TorchPackedRunner(model, pooling)
     return Encoder(

@@ -1,7 +1,6 @@
 """The OpenVINO runner of an exported sentence pipeline (models/backends.py), and the precision
 it runs in on this CPU."""
 
-import bisect
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,6 +10,7 @@ import numpy as np
 
 from models.cpu_info import CPUINFO, cpu_has_amx, cpu_has_bf16, cpu_vendor
 from models.openvino_packing import packed_graph
+from models.openvino_static import StaticGraphs
 from models.packing import PACK_MASK, POSITION_IDS, ROW_TOKENS, Pooling, pack
 
 if TYPE_CHECKING:
@@ -41,15 +41,6 @@ def runs_in_bf16(graph: Graph, *, cpuinfo: Path = CPUINFO) -> bool:
     if cpu_has_amx(cpuinfo):
         return True
     return graph == "fp32" and cpu_has_bf16(cpuinfo) and cpu_vendor(cpuinfo) == "AuthenticAMD"
-
-
-def single_graph(lengths: Sequence[int], texts: int, tokens: int) -> int | None:
-    """Which of the static graphs, compiled for one text of each of the sorted `lengths`,
-    runs a pass of `texts` texts of `tokens` tokens: the shortest that holds it, else None."""
-    if texts != 1:
-        return None
-    graph = bisect.bisect_left(lengths, tokens)
-    return graph if graph < len(lengths) else None
 
 
 _WORD_EMBEDDINGS = "word_embeddings"  # the input that replaces the word-embedding lookup
@@ -88,13 +79,6 @@ def _token_inputs(model: "ov.Model") -> list[str]:
     return [name for port in model.inputs if (name := port.get_any_name()) != _WORD_EMBEDDINGS]
 
 
-def useful_lengths(lengths: Sequence[int], longest: int) -> list[int]:
-    """The sorted `lengths` that texts of at most `longest` tokens can use: those below it and
-    the first that holds it. A graph past that would never run and still cost its memory."""
-    ordered = sorted(set(lengths))
-    return ordered[: bisect.bisect_left(ordered, longest) + 1]
-
-
 class OpenVinoRunner:
     # Each pass is padded to a multiple of these many tokens (masked out, so the embeddings do
     # not move), so that it takes few shapes. The CPU plugin compiles every new input shape (a
@@ -119,6 +103,7 @@ class OpenVinoRunner:
         int8_weights: bool = False,
         bf16: bool = False,
         single_lengths: Sequence[int] = (),
+        on_demand_lengths: Sequence[int] = (),
         word_embeddings_outside: bool = False,
         pooling: Pooling | None = None,
     ) -> None:
@@ -159,22 +144,20 @@ class OpenVinoRunner:
             packed.input(PACK_MASK).get_element_type().to_dtype() if packed is not None else None
         )
         self.length_multiple = self.BF16_LENGTH_MULTIPLE if bf16 else self.LENGTH_MULTIPLE
+
         # A single text of at most one of `single_lengths` tokens runs, padded to the nearest,
-        # in a graph compiled for that one shape. A dynamic graph redoes shape inference and
-        # re-allocates at every change of shape, which single texts of varied lengths meet on
-        # nearly every pass; a static one does neither. One short text at a time ran 1.17-1.38x
-        # as fast, for 22-31 MB per length by backend (bench.single_texts, AMD Zen 4).
-        self.single_lengths = sorted(set(single_lengths))
-        self.single_requests: list[ov.InferRequest] = []
-        for length in self.single_lengths:
+        # in a graph compiled for that one shape (models/openvino_static.py); those of
+        # `on_demand_lengths` are compiled once such texts keep coming.
+        def compile_for(length: int) -> ov.InferRequest:
             static = model.clone()
             shapes = {name: ov.PartialShape([1, length]) for name in self.inputs}
             if self.word_embeddings is not None:
                 dim = self.word_embeddings.shape[1]
                 shapes[_WORD_EMBEDDINGS] = ov.PartialShape([1, length, dim])
             static.reshape(shapes)
-            compiled = core.compile_model(static, "CPU", config)
-            self.single_requests.append(compiled.create_infer_request())
+            return core.compile_model(static, "CPU", config).create_infer_request()
+
+        self.static = StaticGraphs(compile_for, single_lengths, on_demand_lengths)
         # compiled_model(...) reuses one infer request, which is not safe across threads; one
         # lock for all keeps passes from sharing the cores' threads as well.
         self._lock = threading.Lock()
@@ -182,13 +165,13 @@ class OpenVinoRunner:
 
     def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
         texts, tokens = features["input_ids"].shape
-        graph = single_graph(self.single_lengths, texts, tokens)
-        if graph is None and self.packed:
+        static = self.static.request(texts, tokens)
+        if static is None and self.packed:
             return self._packed_pass(features)
-        if graph is None:
+        if static is None:
             pad, request = -tokens % self.length_multiple, None
         else:
-            pad, request = self.single_lengths[graph] - tokens, self.single_requests[graph]
+            pad, request = static[0] - tokens, static[1]
         inputs = {name: np.pad(features[name], ((0, 0), (0, pad))) for name in self.inputs}
         with self._lock:
             if self.word_embeddings is not None:

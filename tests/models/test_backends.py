@@ -23,6 +23,7 @@ from models.backends import (
 from models.cpu_info import cpu_has_vnni
 from models.encoder import Encoder, load_encoder
 from models.openvino_runner import OpenVinoRunner, runs_in_bf16, take_word_embeddings
+from models.openvino_static import ON_DEMAND_AFTER, StaticGraphs
 from models.parity import COSINE_FLOOR, SPEARMAN_TOLERANCE, ParitySet, check_parity, embed
 
 PAIRS_PER_TASK = 150  # 300 dev pairs: a Spearman gap of 0.2 is still well resolved
@@ -46,7 +47,12 @@ def reference(encoder: Encoder, dev: ParitySet) -> np.ndarray:
     return embed(encoder, dev)
 
 
-def _load(backend: Backend, cache: Path, single_lengths: tuple[int, ...] = ()) -> Encoder:
+def _load(
+    backend: Backend,
+    cache: Path,
+    single_lengths: tuple[int, ...] = (),
+    on_demand_lengths: tuple[int, ...] = (),
+) -> Encoder:
     _needs(backend)
     return load_encoder(
         device="cpu",
@@ -55,6 +61,7 @@ def _load(backend: Backend, cache: Path, single_lengths: tuple[int, ...] = ()) -
         threads=1,
         calibration=CALIBRATION,
         single_lengths=single_lengths,
+        on_demand_lengths=on_demand_lengths,
     )
 
 
@@ -205,13 +212,41 @@ def test_openvino_padding_leaves_embeddings_alone(
         np.testing.assert_allclose(padded, outputs[0], atol=2e-3)
 
 
+def _dynamic(runner: OpenVinoRunner, features: dict[str, np.ndarray]) -> np.ndarray:
+    """`runner`'s dynamic graph's output for `features`, its static graphs set aside."""
+    none = StaticGraphs(lambda length: pytest.fail(f"compiled {length}"), (), ())
+    static, runner.static = runner.static, none
+    try:
+        return runner(features)
+    finally:
+        runner.static = static
+
+
+def _check_static_pass(
+    runner: OpenVinoRunner, features: dict[str, np.ndarray], length: int, out: np.ndarray
+) -> None:
+    """`out`, the runner's output for one text, is its static graph's for `length` tokens, and
+    near its dynamic graph's."""
+    padded = {k: np.pad(v, ((0, 0), (0, length - v.shape[1]))) for k, v in features.items()}
+    if runner.word_embeddings is not None:
+        padded["word_embeddings"] = runner.word_embeddings[padded["input_ids"]]
+    found = runner.static.request(1, length)
+    assert found is not None and found[0] == length
+    np.testing.assert_array_equal(out, found[1].infer(padded)[0])
+    # The static graphs may pick other kernels, which round int8 products otherwise: within
+    # 4e-4 of the dynamic graph's cosine on 128 Wikipedia sentences (AMD Zen 4).
+    dynamic = _dynamic(runner, features)
+    cosine = (out * dynamic).sum() / np.linalg.norm(out) / np.linalg.norm(dynamic)
+    assert cosine > 0.999
+
+
 @pytest.mark.parametrize("backend", OPENVINO)
 def test_openvino_runs_single_texts_in_graphs_of_their_own_shape(
     backend: Backend, exported_variants: Path
 ) -> None:
     encoder = _load(backend, exported_variants, single_lengths=(32, 16))
     runner = encoder.runner
-    assert isinstance(runner, OpenVinoRunner) and runner.single_lengths == [16, 32]
+    assert isinstance(runner, OpenVinoRunner) and runner.static.compiled() == [16, 32]
     texts = [
         "a cat",  # padded to 16
         "a somewhat longer sentence about the rivers and the mountains beyond them, written "
@@ -223,21 +258,30 @@ def test_openvino_runs_single_texts_in_graphs_of_their_own_shape(
     for text, length in zip(texts, (16, 32, None), strict=True):
         features = {k: v.numpy() for k, v in tensor_features(encoder.model, [text]).items()}
         out = runner(features)  # (1, dim)
-        lengths, runner.single_lengths = runner.single_lengths, []
-        dynamic = runner(features)  # (1, dim), the dynamic graph's
-        runner.single_lengths = lengths
         if length is None:
-            np.testing.assert_array_equal(out, dynamic)
-            continue
-        padded = {k: np.pad(v, ((0, 0), (0, length - v.shape[1]))) for k, v in features.items()}
-        if runner.word_embeddings is not None:
-            padded["word_embeddings"] = runner.word_embeddings[padded["input_ids"]]
-        static = runner.single_requests[runner.single_lengths.index(length)]
-        np.testing.assert_array_equal(out, static.infer(padded)[0])
-        # The static graphs may pick other kernels, which round int8 products otherwise: within
-        # 4e-4 of the dynamic graph's cosine on 128 Wikipedia sentences (AMD Zen 4).
-        cosine = (out * dynamic).sum() / np.linalg.norm(out) / np.linalg.norm(dynamic)
-        assert cosine > 0.999
+            np.testing.assert_array_equal(out, _dynamic(runner, features))
+        else:
+            _check_static_pass(runner, features, length, out)
+
+
+def test_a_length_on_demand_is_compiled_once_single_texts_keep_needing_it(
+    exported_variants: Path,
+) -> None:
+    encoder = _load(Backend.OPENVINO_INT8_STATIC, exported_variants, (16,), (64, 128))
+    runner = encoder.runner
+    assert isinstance(runner, OpenVinoRunner) and runner.static.compiled() == [16]
+    text = " ".join(["the river runs past the mountains"] * 6)
+    assert 32 < encoder.token_counts([text])[0] <= 64
+    features = {k: v.numpy() for k, v in tensor_features(encoder.model, [text]).items()}
+    dynamic = _dynamic(runner, features)
+    for _ in range(ON_DEMAND_AFTER - 1):
+        np.testing.assert_array_equal(runner(features), dynamic)
+    runner.static.settle()
+    assert runner.static.compiled() == [16]
+    runner(features)  # the last that runs in the dynamic graph; 64's is compiled meanwhile
+    runner.static.settle()
+    assert runner.static.compiled() == [16, 64]
+    _check_static_pass(runner, features, 64, runner(features))
 
 
 def test_word_embeddings_looked_up_outside_the_graphs_change_nothing(

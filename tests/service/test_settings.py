@@ -24,20 +24,25 @@ def test_out_of_range_lambda_is_refused(monkeypatch: pytest.MonkeyPatch) -> None
         Settings()
 
 
+_LENGTHS = ["openvino_single_lengths", "openvino_single_lengths_on_demand"]
+
+
+@pytest.mark.parametrize("field", _LENGTHS)
 @pytest.mark.parametrize(
     ("value", "lengths"), [("16,32", [16, 32]), (" 8 , 24 ", [8, 24]), ("[16]", [16]), ("", [])]
 )
 def test_openvino_single_lengths_are_comma_separated(
-    monkeypatch: pytest.MonkeyPatch, value: str, lengths: list[int]
+    monkeypatch: pytest.MonkeyPatch, field: str, value: str, lengths: list[int]
 ) -> None:
-    monkeypatch.setenv("RANKSERVE_OPENVINO_SINGLE_LENGTHS", value)
-    assert Settings().openvino_single_lengths == lengths
+    monkeypatch.setenv(f"RANKSERVE_{field.upper()}", value)
+    assert getattr(Settings(), field) == lengths
 
 
+@pytest.mark.parametrize("field", _LENGTHS)
 @pytest.mark.parametrize("value", ["0", "16,x", "600"])
 def test_a_single_length_out_of_range_is_refused(
-    monkeypatch: pytest.MonkeyPatch, value: str
+    monkeypatch: pytest.MonkeyPatch, field: str, value: str
 ) -> None:
-    monkeypatch.setenv("RANKSERVE_OPENVINO_SINGLE_LENGTHS", value)
-    with pytest.raises(ValueError, match="openvino_single_lengths"):
+    monkeypatch.setenv(f"RANKSERVE_{field.upper()}", value)
+    with pytest.raises(ValueError, match=field):
         Settings()

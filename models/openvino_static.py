@@ -3,11 +3,12 @@ once single texts that need them keep coming (models/openvino_runner.py runs the
 
 A dynamic graph redoes shape inference and re-allocates whenever the shape changes, which single
 texts of varied lengths meet on nearly every pass; a static graph does neither, and fuses its
-attention further. On a Zen 4 one text ran 1.13-1.26x as fast in a graph compiled for its
-length, even at an unchanged shape. Each such graph holds its own repacked weights: 33-53 MB
-whatever its length, and 0.27-0.42 s of a core to compile (docs/benchmarks.md). Short lengths
-serve nearly every query, so they are compiled at load; a long one only earns its memory in a
-replica that meets many long texts one at a time, so it is compiled when that happens.
+attention further. On a Zen 4, single texts ran 1.28x (short) and 1.12x (long) as fast in
+graphs compiled for their lengths (bench.single_texts). Each such graph holds its own repacked
+weights: 33-53 MB whatever its length, and 0.27-0.42 s of a core to compile (docs/benchmarks.md).
+Short lengths serve nearly every query, so they are compiled at load; a long one only earns its
+memory in a replica that meets many long texts one at a time, so it is compiled when that
+happens.
 """
 
 import bisect

@@ -174,11 +174,16 @@ def load_runner(
     return _OnnxRunner(graph, threads)
 
 
-def tensor_features(model: SentenceTransformer, texts: list[str]) -> dict[str, torch.Tensor]:
-    """The tokenizer's tensors for `texts` (padded to the longest, truncated to the model's
-    maximum length), as sentence-transformers itself prepares them."""
-    prepare = getattr(model, "preprocess", None) or model.tokenize
-    return {k: v for k, v in prepare(texts).items() if isinstance(v, torch.Tensor)}
+def token_arrays(model: SentenceTransformer, texts: list[str]) -> dict[str, np.ndarray]:
+    """The tokenizer's arrays for `texts` (padded to the longest, truncated to the model's
+    maximum length), as sentence-transformers itself prepares them. Asked for in numpy, what
+    runners take: through torch tensors, a single short text's preparation took 0.22 against
+    0.19 ms (Intel Xeon with AMX, alternating in one process)."""
+    preprocess = getattr(model, "preprocess", None)
+    if preprocess is None:  # sentence-transformers before its multimodal `preprocess`
+        return {k: v.numpy() for k, v in model.tokenize(texts).items() if torch.is_tensor(v)}
+    prepared = preprocess(texts, processing_kwargs={"common": {"return_tensors": "np"}})
+    return {k: v for k, v in prepared.items() if isinstance(v, np.ndarray)}
 
 
 def export_variant(
@@ -188,7 +193,8 @@ def export_variant(
     `calibration`: a file of sentences, one per line, that static int8 calibrates on."""
     require(backend)
     # Two texts of different lengths: the trace then contains the padding path.
-    example = tensor_features(model, ["a", "a sentence of a few more words"])
+    arrays = token_arrays(model, ["a", "a sentence of a few more words"])
+    example = {name: torch.from_numpy(values) for name, values in arrays.items()}
     if backend == Backend.ONNX:
         export_onnx(model, out_dir / _GRAPH_FILE[backend], example)
         return
@@ -196,10 +202,7 @@ def export_variant(
     if backend == Backend.OPENVINO_INT8_STATIC:
         if calibration is None:
             raise ValueError(f"{backend} needs a file of calibration sentences")
-        samples = calibration_samples(
-            lambda texts: {k: v.numpy() for k, v in tensor_features(model, texts).items()},
-            calibration,
-        )
+        samples = calibration_samples(lambda texts: token_arrays(model, texts), calibration)
     fp32 = out_dir / "fp32.onnx.tmp"
     export_onnx(model, fp32, example)
     try:

@@ -28,7 +28,7 @@ from models.backends import (
     ensure_variant,
     load_runner,
     require,
-    tensor_features,
+    token_arrays,
     variant_cache,
 )
 from models.checksums import sha256_directory
@@ -84,6 +84,13 @@ def token_budget_slices(
         slices.append(order[first[end] : end])
         end = first[end]
     return slices[::-1]
+
+
+def unit_rows(rows: np.ndarray) -> np.ndarray:
+    """`rows` (n, dim) scaled to unit length, norms floored at 1e-12 as torch's normalize does.
+    In numpy, since runners return numpy: through torch, a single text's normalising took
+    0.09 ms, against a 3.3 ms pass (Intel Xeon with AMX)."""
+    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
 
 
 def default_model_path() -> Path:
@@ -179,10 +186,8 @@ class Encoder:
         """One forward pass over `texts`, padded to the longest or packed in rows by the
         runner: (n, dim), unit rows."""
         if self.runner is not None:
-            features = tensor_features(self.model, texts)
-            out = self.runner({name: value.numpy() for name, value in features.items()})
-            embeddings = torch.from_numpy(out.astype(np.float32, copy=False))  # (n, dim)
-            return torch.nn.functional.normalize(embeddings, dim=-1).to(self.device)
+            out = self.runner(token_arrays(self.model, texts)).astype(np.float32, copy=False)
+            return torch.from_numpy(unit_rows(out)).to(self.device)  # (n, dim)
         with self._autocast():
             embeddings = self.model.encode(
                 texts,

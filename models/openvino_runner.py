@@ -74,6 +74,15 @@ def take_word_embeddings(model: "ov.Model") -> np.ndarray | None:
     return None
 
 
+def _padded(values: np.ndarray, length: int) -> np.ndarray:
+    """`values` (texts, tokens) followed by zeros up to `length` tokens. np.pad took 0.13 ms
+    for a single text's three inputs, a twentieth of its pass in a static graph (Intel Xeon
+    with AMX), mostly in Python."""
+    out = np.zeros((len(values), length), dtype=values.dtype)
+    out[:, : values.shape[1]] = values
+    return out
+
+
 def _token_inputs(model: "ov.Model") -> list[str]:
     """The inputs of `model` that the runner builds from the tokenizer's features."""
     return [name for port in model.inputs if (name := port.get_any_name()) != _WORD_EMBEDDINGS]
@@ -172,7 +181,7 @@ class OpenVinoRunner:
             pad, request = -tokens % self.length_multiple, None
         else:
             pad, request = static[0] - tokens, static[1]
-        inputs = {name: np.pad(features[name], ((0, 0), (0, pad))) for name in self.inputs}
+        inputs = {name: _padded(features[name], tokens + pad) for name in self.inputs}
         with self._lock:
             if self.word_embeddings is not None:
                 inputs[_WORD_EMBEDDINGS] = self._look_up(inputs["input_ids"])

@@ -18,7 +18,7 @@ from models.backends import (
     Backend,
     available,
     build_variant,
-    tensor_features,
+    token_arrays,
 )
 from models.cpu_info import cpu_has_vnni
 from models.encoder import Encoder, load_encoder
@@ -199,10 +199,7 @@ def test_openvino_padding_leaves_embeddings_alone(
 ) -> None:
     runner = _load(backend, exported_variants).runner
     assert runner is not None
-    features = {
-        name: value.numpy()
-        for name, value in tensor_features(encoder.model, ["a cat", "a longer sentence"]).items()
-    }
+    features = token_arrays(encoder.model, ["a cat", "a longer sentence"])
     assert features["input_ids"].shape[1] % 8 != 0
     outputs = []
     for multiple in (1, 8, 16):
@@ -256,7 +253,7 @@ def test_openvino_runs_single_texts_in_graphs_of_their_own_shape(
     counts = encoder.token_counts(texts)
     assert counts[0] <= 16 < counts[1] <= 32 < counts[2]
     for text, length in zip(texts, (16, 32, None), strict=True):
-        features = {k: v.numpy() for k, v in tensor_features(encoder.model, [text]).items()}
+        features = token_arrays(encoder.model, [text])
         out = runner(features)  # (1, dim)
         if length is None:
             np.testing.assert_array_equal(out, _dynamic(runner, features))
@@ -272,7 +269,7 @@ def test_a_length_on_demand_is_compiled_once_single_texts_keep_needing_it(
     assert isinstance(runner, OpenVinoRunner) and runner.static.compiled() == [16]
     text = " ".join(["the river runs past the mountains"] * 6)
     assert 32 < encoder.token_counts([text])[0] <= 64
-    features = {k: v.numpy() for k, v in tensor_features(encoder.model, [text]).items()}
+    features = token_arrays(encoder.model, [text])
     dynamic = _dynamic(runner, features)
     for _ in range(ON_DEMAND_AFTER - 1):
         np.testing.assert_array_equal(runner(features), dynamic)
@@ -297,7 +294,7 @@ def test_word_embeddings_looked_up_outside_the_graphs_change_nothing(
     assert inside.word_embeddings is None
     texts = [["a cat"], ["a cat", "a longer sentence about the rivers beyond the mountains"]]
     for batch in texts:  # one text: the static graph; two: the dynamic one
-        features = {k: v.numpy() for k, v in tensor_features(encoder.model, batch).items()}
+        features = token_arrays(encoder.model, batch)
         np.testing.assert_allclose(outside(features), inside(features), atol=1e-5)
 
 

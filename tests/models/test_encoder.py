@@ -3,9 +3,11 @@ import itertools
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from models.backends import token_arrays
 from models.encoder import (
     CPU_BATCH_TOKENS,
     Encoder,
@@ -13,6 +15,7 @@ from models.encoder import (
     load_encoder,
     pick_device,
     token_budget_slices,
+    unit_rows,
 )
 
 PASS_COST = 64  # tokens' worth of work per forward pass
@@ -32,6 +35,25 @@ def test_embeddings_are_unit_float32(encoder: Encoder) -> None:
     assert out.shape == (3, 384)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.norm(dim=1), torch.ones(3), atol=1e-5, rtol=0)
+
+
+def test_token_arrays_are_what_sentence_transformers_prepares(encoder: Encoder) -> None:
+    texts = ["  leading", "trailing  ", "\ttabs\nand lines\n", "", "Ünïcödé 漢字", "x " * 400]
+    theirs = encoder.model.preprocess(texts)  # torch tensors, and the modality
+    ours = token_arrays(encoder.model, texts)
+    assert ours.keys() == {name for name, value in theirs.items() if torch.is_tensor(value)}
+    for name, values in ours.items():
+        np.testing.assert_array_equal(values, theirs[name].numpy())
+    assert ours["input_ids"].shape == (len(texts), encoder.max_seq_length)  # truncated
+
+
+def test_unit_rows_normalise_as_torch_does() -> None:
+    rows = np.random.default_rng(0).normal(size=(5, 384)).astype(np.float32)
+    rows[2] = 0.0  # left at zero, not divided by zero
+    expected = torch.nn.functional.normalize(torch.from_numpy(rows), dim=-1).numpy()
+    out = unit_rows(rows)
+    np.testing.assert_allclose(out, expected, atol=1e-7)
+    assert out.dtype == np.float32 and not np.shares_memory(out, rows)
 
 
 def test_length_sorted_batching_keeps_input_order(encoder: Encoder) -> None:

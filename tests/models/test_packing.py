@@ -16,7 +16,7 @@ from models.backends import (
     available,
     ensure_variant,
     load_runner,
-    tensor_features,
+    token_arrays,
     variant_cache,
 )
 from models.encoder import Encoder
@@ -183,7 +183,7 @@ def test_packed_passes_give_the_padded_embeddings(
     assert isinstance(packed, OpenVinoRunner) and packed.packed
     assert isinstance(padded, OpenVinoRunner) and not padded.packed
     texts = _texts()
-    features = {k: v.numpy() for k, v in tensor_features(encoder.model, texts).items()}
+    features = token_arrays(encoder.model, texts)
     assert len(
         pack(features, packed.packed_inputs, ROW_TOKENS, 8, np.dtype(np.float32)).inputs[
             "input_ids"

@@ -3,7 +3,6 @@ one backend (models/backends.py): torch fp32, torch bf16 autocast, or an exporte
 
 import contextlib
 import hashlib
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from models.backends import (
 from models.checksums import sha256_directory
 from models.openvino_static import useful_lengths
 from models.packing import packable_pooling
+from models.pass_slices import token_budget_slices
 from models.torch_packing import TorchPackedRunner
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
@@ -44,46 +44,17 @@ DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 # needs large passes to keep busy.
 CPU_BATCH_TOKENS = 1024
 GPU_BATCH_TOKENS = 16_384
+# Texts tokenised in one call when a runner takes arrays: each pass is cut from that call's
+# arrays, padded to the chunk's longest text (at most 1,024 x 256 x 3 int64, 6 MB).
+TOKENISE_CHUNK = 1024
 
 
-def token_budget_slices(
-    token_counts: list[int],
-    max_tokens: int,
-    max_batch_size: int,
-    max_batch_tokens: int,
-    pass_cost: int,
-    *,
-    packed: bool = False,
-) -> list[list[int]]:
-    """Text indices sorted by token count, cut into the cheapest forward passes within both
-    budgets.
-
-    A pass costs `pass_cost` (PASS_COST_TOKENS) plus its tokens: its size times its longest
-    (truncated) text when padded, the sum of its texts' when `packed` (models/packing.py).
-    Sorting first keeps short texts from being padded to a long neighbour; the cuts then come
-    from a shortest path over the sorted texts, so a long tail gets its own pass only where the
-    padding it saves outweighs a pass. One text over the token budget still runs alone.
-    """
-    order = sorted(range(len(token_counts)), key=token_counts.__getitem__)
-    lengths = [min(token_counts[i], max_tokens) for i in order]
-    cost = [0.0] + [math.inf] * len(order)  # cost[j]: the cheapest passes over the j shortest
-    first = [0] * (len(order) + 1)  # first[j]: where the last of those passes starts
-    for end in range(1, len(order) + 1):
-        longest, summed = lengths[end - 1], 0
-        for begin in range(end - 1, max(end - max_batch_size, 0) - 1, -1):
-            size, summed = end - begin, summed + lengths[begin]
-            tokens = summed if packed else size * longest
-            if size > 1 and tokens > max_batch_tokens:
-                break
-            total = cost[begin] + pass_cost + tokens
-            if total < cost[end]:
-                cost[end], first[end] = total, begin
-    slices: list[list[int]] = []
-    end = len(order)
-    while end:
-        slices.append(order[first[end] : end])
-        end = first[end]
-    return slices[::-1]
+def _rows(arrays: dict[str, np.ndarray], indices: list[int]) -> dict[str, np.ndarray]:
+    """The tokenizer's arrays for the texts at `indices`, without the columns that are padding
+    for all of them: what tokenising those texts alone gives."""
+    rows = np.asarray(indices)
+    keep = arrays["attention_mask"][rows].any(axis=0)  # (tokens,)
+    return {name: values[rows][:, keep] for name, values in arrays.items()}
 
 
 def unit_rows(rows: np.ndarray) -> np.ndarray:
@@ -144,49 +115,98 @@ class Encoder:
     def max_seq_length(self) -> int:
         return int(self.model.max_seq_length)
 
-    @torch.inference_mode()
     def encode(
-        self,
-        texts: list[str],
-        batch_size: int | None = None,
-        *,
-        progress: bool = False,
-        token_counts: list[int] | None = None,
+        self, texts: list[str], batch_size: int | None = None, *, progress: bool = False
     ) -> torch.Tensor:
         """L2-normalised float32 embeddings on the encoder's device, in the caller's order.
 
-        The texts are sorted by token count (`token_counts`, when the caller has them, saves
-        tokenising twice) and cut into the cheapest forward passes of at most batch_size texts
-        and batch_tokens tokens, padding included unless the runner packs (token_budget_slices).
+        The texts are sorted by token count and cut into the cheapest forward passes of at most
+        batch_size texts and batch_tokens tokens, padding included unless the runner packs
+        (token_budget_slices). A runner's passes are cut from one tokenisation of the texts,
+        TOKENISE_CHUNK at a time.
         """
-        if not texts:
-            return torch.empty((0, self.dim), dtype=torch.float32, device=self.device)
-        if len(texts) == 1:
-            return self._encode_pass(texts)
-        counts = token_counts if token_counts is not None else self.token_counts(texts)
-        slices = token_budget_slices(
-            counts,
-            self.max_seq_length,
-            batch_size or self.batch_size,
-            self.batch_tokens,
-            self.pass_cost_tokens,
-            packed=self.runner is not None and self.runner.packed,
-        )
-        if len(slices) == 1:
-            return self._encode_pass(texts)
-        out = torch.empty((len(texts), self.dim), dtype=torch.float32, device=self.device)
-        with tqdm(total=len(texts), desc="Encoding", disable=not progress) as bar:
-            for indices in slices:
-                part = self._encode_pass([texts[i] for i in indices])  # (len(indices), dim)
-                out[torch.tensor(indices, device=self.device)] = part
-                bar.update(len(indices))
-        return out
+        return self._encode(texts, batch_size, progress=progress, counted=False)[0]
 
-    def _encode_pass(self, texts: list[str]) -> torch.Tensor:
+    def encode_counted(
+        self, texts: list[str], batch_size: int | None = None
+    ) -> tuple[torch.Tensor, list[int]]:
+        """encode's embeddings, and each text's tokens before truncation, as token_counts
+        counts them. With a runner the texts are tokenised once: only those that filled the
+        model's length are counted again, untruncated."""
+        return self._encode(texts, batch_size, progress=False, counted=True)
+
+    @torch.inference_mode()
+    def _encode(
+        self, texts: list[str], batch_size: int | None, *, progress: bool, counted: bool
+    ) -> tuple[torch.Tensor, list[int]]:
+        if not texts:
+            return torch.empty((0, self.dim), dtype=torch.float32, device=self.device), []
+        parts, counts = [], []
+        # No bar at all unless asked for: even a disabled one took 19 us, against 2-3 ms for a
+        # short text's pass.
+        bar = tqdm(total=len(texts), desc="Encoding") if progress else contextlib.nullcontext()
+        with bar as shown:
+            for start in range(0, len(texts), TOKENISE_CHUNK):
+                chunk = texts[start : start + TOKENISE_CHUNK]
+                embeddings, chunk_counts = self._encode_chunk(chunk, batch_size, counted, shown)
+                parts.append(embeddings)  # (len(chunk), dim)
+                counts += chunk_counts
+        return (parts[0] if len(parts) == 1 else torch.cat(parts)), counts
+
+    def _encode_chunk(
+        self, texts: list[str], batch_size: int | None, counted: bool, bar: tqdm | None
+    ) -> tuple[torch.Tensor, list[int]]:
+        """Embeddings (n, dim) of at most TOKENISE_CHUNK texts, and their token counts when
+        `counted`; each pass advances `bar`, if any."""
+        arrays = None  # the runner's input for all `texts`, passes cut from it
+        if self.runner is None:
+            lengths = counts = self.token_counts(texts) if counted or len(texts) > 1 else []
+        else:
+            arrays = token_arrays(self.model, texts)
+            lengths = arrays["attention_mask"].sum(axis=1).tolist()  # truncated counts
+            counts = self._untruncated(texts, lengths) if counted else []
+        slices = [list(range(len(texts)))]
+        if len(texts) > 1:
+            slices = token_budget_slices(
+                lengths,
+                self.max_seq_length,
+                batch_size or self.batch_size,
+                self.batch_tokens,
+                self.pass_cost_tokens,
+                packed=self.runner is not None and self.runner.packed,
+            )
+        if len(slices) == 1:
+            if bar is not None:
+                bar.update(len(texts))
+            return self._encode_pass(texts, arrays), counts
+        out = torch.empty((len(texts), self.dim), dtype=torch.float32, device=self.device)
+        for indices in slices:
+            part = [texts[i] for i in indices]
+            rows = None if arrays is None else _rows(arrays, indices)
+            out[torch.tensor(indices, device=self.device)] = self._encode_pass(part, rows)
+            if bar is not None:
+                bar.update(len(indices))
+        return out, counts
+
+    def _untruncated(self, texts: list[str], lengths: list[int]) -> list[int]:
+        """`lengths` (tokens after truncation), with each text that filled the model's length
+        counted again before truncation."""
+        full = [i for i, length in enumerate(lengths) if length >= self.max_seq_length]
+        if not full:
+            return lengths
+        counts = list(lengths)
+        for i, count in zip(full, self.token_counts([texts[i] for i in full]), strict=True):
+            counts[i] = count
+        return counts
+
+    def _encode_pass(
+        self, texts: list[str], arrays: dict[str, np.ndarray] | None = None
+    ) -> torch.Tensor:
         """One forward pass over `texts`, padded to the longest or packed in rows by the
-        runner: (n, dim), unit rows."""
+        runner, from `arrays` when they were tokenised already: (n, dim), unit rows."""
         if self.runner is not None:
-            out = self.runner(token_arrays(self.model, texts)).astype(np.float32, copy=False)
+            features = arrays if arrays is not None else token_arrays(self.model, texts)
+            out = self.runner(features).astype(np.float32, copy=False)
             return torch.from_numpy(unit_rows(out)).to(self.device)  # (n, dim)
         with self._autocast():
             embeddings = self.model.encode(

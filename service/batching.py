@@ -200,12 +200,11 @@ class Batcher:
             start = stop
 
     def _encode(self, engine: Engine, texts: list[str]) -> tuple[Encoded, float]:
-        """Worker thread: tokenise; the encoder cuts the cheapest forward passes. The embeddings
-        and the seconds they took."""
+        """Worker thread: the encoder tokenises the texts once, counts their tokens and cuts the
+        cheapest forward passes. The embeddings and the seconds they took."""
         start = time.perf_counter()
         encoder = engine.encoder
-        counts = encoder.token_counts(texts)
-        embeddings = encoder.encode(texts, batch_size=self.max_batch_size, token_counts=counts)
+        embeddings, counts = encoder.encode_counted(texts, batch_size=self.max_batch_size)
         seconds = time.perf_counter() - start
         self.metrics.inference.observe(seconds)
         encoded = Encoded(

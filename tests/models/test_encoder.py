@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import models.encoder
 from models.backends import token_arrays
 from models.encoder import (
     CPU_BATCH_TOKENS,
@@ -14,9 +15,9 @@ from models.encoder import (
     default_model_path,
     load_encoder,
     pick_device,
-    token_budget_slices,
     unit_rows,
 )
+from models.pass_slices import token_budget_slices
 
 PASS_COST = 64  # tokens' worth of work per forward pass
 
@@ -145,9 +146,15 @@ def test_a_token_budget_cuts_passes_and_keeps_order_and_embeddings(
     passes: list[list[str]] = []
     run = budgeted._encode_pass
 
-    def recorded(part: list[str]) -> torch.Tensor:
+    def recorded(part: list[str], arrays: dict[str, np.ndarray] | None = None) -> torch.Tensor:
         passes.append(part)
-        return run(part)
+        # Cut from one tokenisation of all the texts, as tokenising the pass's alone gives.
+        assert arrays is not None
+        alone = token_arrays(encoder.model, part)
+        assert arrays.keys() == alone.keys()
+        for name, values in alone.items():
+            np.testing.assert_array_equal(arrays[name], values)
+        return run(part, arrays)
 
     monkeypatch.setattr(budgeted, "_encode_pass", recorded)
     torch.testing.assert_close(budgeted.encode(texts), one_pass, atol=1e-5, rtol=0)
@@ -162,6 +169,48 @@ def test_a_token_budget_cuts_passes_and_keeps_order_and_embeddings(
 
 def test_empty_input_gives_empty_matrix(encoder: Encoder) -> None:
     assert encoder.encode([]).shape == (0, 384)
+    embeddings, counts = encoder.encode_counted([])
+    assert embeddings.shape == (0, 384) and counts == []
+
+
+COUNTED = [
+    "short",
+    "word " * 300,  # past the model's 256 tokens: counted again, untruncated
+    "a sentence of middling length about rivers",
+    "word " * 254,  # exactly 256 tokens with [CLS] and [SEP]: fills the length, not past it
+    "",
+]
+
+
+@pytest.mark.parametrize("runner", [True, False], ids=["runner", "sentence-transformers"])
+def test_encode_counted_counts_before_truncation_as_token_counts(
+    encoder: Encoder, runner: bool
+) -> None:
+    assert encoder.runner is not None  # torch fp32 packed on the CPU
+    subject = encoder if runner else dataclasses.replace(encoder, runner=None)
+    embeddings, counts = subject.encode_counted(COUNTED, batch_size=2)
+    assert counts == encoder.token_counts(COUNTED)
+    assert counts[1] > encoder.max_seq_length and counts[3] == encoder.max_seq_length
+    torch.testing.assert_close(embeddings, subject.encode(COUNTED), atol=1e-5, rtol=0)
+
+
+def test_texts_are_tokenised_in_chunks_in_order(
+    encoder: Encoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    whole, counts = encoder.encode_counted(COUNTED)
+    calls: list[list[str]] = []
+    tokenise = models.encoder.token_arrays
+
+    def recorded(model: object, texts: list[str]) -> dict[str, np.ndarray]:
+        calls.append(texts)
+        return tokenise(model, texts)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(models.encoder, "TOKENISE_CHUNK", 2)
+    monkeypatch.setattr(models.encoder, "token_arrays", recorded)
+    chunked, chunked_counts = encoder.encode_counted(COUNTED)
+    assert calls == [COUNTED[0:2], COUNTED[2:4], COUNTED[4:]]
+    assert chunked_counts == counts
+    torch.testing.assert_close(chunked, whole, atol=1e-5, rtol=0)
 
 
 def test_max_seq_length_is_configurable() -> None:

@@ -151,9 +151,9 @@ class SlowEncoder(Encoder):
 
     SECONDS = 1.0
 
-    def encode(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        time.sleep(self.SECONDS)
-        return super().encode(*args, **kwargs)
+    def encode_counted(self, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, list[int]]:
+        time.sleep(self.SECONDS)  # what the batcher calls
+        return super().encode_counted(*args, **kwargs)
 
 
 @pytest.fixture

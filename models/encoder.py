@@ -202,11 +202,12 @@ class Encoder:
     def _encode_pass(
         self, texts: list[str], arrays: dict[str, np.ndarray] | None = None
     ) -> torch.Tensor:
-        """One forward pass over `texts`, padded to the longest or packed in rows by the
-        runner, from `arrays` when they were tokenised already: (n, dim), unit rows."""
+        """One forward pass over `texts`, padded to the longest or packed in rows: by the
+        runner, from their `arrays` (token_arrays), else by sentence-transformers. (n, dim),
+        unit rows."""
         if self.runner is not None:
-            features = arrays if arrays is not None else token_arrays(self.model, texts)
-            out = self.runner(features).astype(np.float32, copy=False)
+            assert arrays is not None, "a runner's passes come tokenised"
+            out = self.runner(arrays).astype(np.float32, copy=False)
             return torch.from_numpy(unit_rows(out)).to(self.device)  # (n, dim)
         with self._autocast():
             embeddings = self.model.encode(

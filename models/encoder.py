@@ -14,6 +14,11 @@ import torch
 # No code path may fetch weights from a hub; set before sentence-transformers is imported.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The tokenizer's own threads (rayon) competed for the cores with the encoder's: tokenising on
+# the calling thread ran openvino-int8-static 1.09-1.33x as fast, single texts and batches alike,
+# and torch fp32 0.97-1.03x (two cores, alternating batch by batch, docs/benchmarks.md). It also
+# spares forked workers the tokenizer's warning. TOKENIZERS_PARALLELISM=true restores them.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from sentence_transformers import SentenceTransformer
 from tqdm.auto import tqdm

@@ -178,10 +178,10 @@ class OpenVinoRunner:
         if static is None and self.packed:
             return self._packed_pass(features)
         if static is None:
-            pad, request = -tokens % self.length_multiple, None
+            length, request = tokens + -tokens % self.length_multiple, None
         else:
-            pad, request = static[0] - tokens, static[1]
-        inputs = {name: _padded(features[name], tokens + pad) for name in self.inputs}
+            length, request = static
+        inputs = {name: _padded(features[name], length) for name in self.inputs}
         with self._lock:
             if self.word_embeddings is not None:
                 inputs[_WORD_EMBEDDINGS] = self._look_up(inputs["input_ids"])

@@ -14,8 +14,13 @@ shared machine weighs on all alike; totals over the rounds give sentences/s. It 
 request latency p50/p99, the ratio to (a) overall and per round (how far a busy neighbour
 moved it), sentences per CPU-second of everything doing the work (for (b) and (c): server
 plus clients, from /proc), which a neighbour's load does not distort, the mean batch the
-dynamic batcher formed (from /metrics), and the clients' CPU per request: the clients run in
-this process, on the same cores as the server, so their HTTP work is part of what is measured.
+dynamic batcher formed (from /metrics), the clients' CPU per request (the clients run in
+this process, on the same cores as the server, so their HTTP work is part of what is measured),
+the server's event loop's CPU per request (its main thread: parsing, routing, validation,
+serialisation), and how many cores the scenario kept busy (CPU seconds per second). With
+those, one text per request decomposes: the encoder's CPU per text at the batch it formed,
+plus the loop's and the clients' per request, against (a)'s per text; cores busy short of
+all of them is time the encoder waited for requests.
 
 The clients are aiohttp's, not httpx's (bench/served.py says why).
 
@@ -149,6 +154,8 @@ def main() -> None:
         "vs (a) per CPU-s",
         "mean batch",
         "client ms",
+        "loop ms",
+        "cores busy",
     )
     for column in columns:
         table.add_column(column, justify="right")
@@ -169,8 +176,10 @@ def main() -> None:
             f"{tally.per_cpu_second / baseline.per_cpu_second:.0%}",
             f"{tally.batched_texts / tally.batches:.1f}" if http else "-",
             f"{tally.client_cpu_s / len(tally.latencies) * 1e3:.2f}" if http else "-",
+            f"{tally.event_loop_cpu_s / len(tally.latencies) * 1e3:.2f}" if http else "-",
+            f"{tally.cpu_s / tally.seconds:.2f}",
         )
-    Console(width=160).print(table)
+    Console(width=190).print(table)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,8 @@ this process, on the same cores as the server, so their HTTP work is part of wha
 the server's event loop's CPU per request (its main thread: parsing, routing, validation,
 serialisation), and how many cores the scenario kept busy (CPU seconds per second). With
 those, one text per request decomposes: the encoder's CPU per text at the batch it formed,
-plus the loop's and the clients' per request, against (a)'s per text; cores busy short of
-all of them is time the encoder waited for requests.
+plus the loop's and the clients' per request, against (a)'s per text; fewer cores busy than
+in (a) is time the encoder waited for requests.
 
 The clients are aiohttp's, not httpx's (bench/served.py says why).
 

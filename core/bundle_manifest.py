@@ -2,13 +2,15 @@
 
 core/registry.py writes, verifies and loads bundles (BundleStore); this module holds what a
 caller needs without touching a bundle: the layout (`<store>/bundles/<version>/`), the
-manifest's schema, the rule for version names, and the errors the store raises.
+manifest's schema and its parsing (one rule for the directory and the S3 store), the rule for
+version and file names, and the errors the store raises.
 """
 
 import re
+from pathlib import PurePosixPath
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 BUNDLES_DIR = "bundles"
 JOBS_DIR = "jobs"
@@ -102,3 +104,27 @@ class Manifest(BaseModel):
     anchors: AnchorInfo
     corpus: CorpusInfo | None = None
     files: dict[str, str]  # relative POSIX path -> sha256, every file but the manifest
+
+
+def parse_manifest(version: str, raw: bytes) -> Manifest:
+    """The manifest of bundle `version` from its JSON; CorruptBundleError if it is not one."""
+    try:
+        manifest = Manifest.model_validate_json(raw)
+    except ValidationError as error:
+        raise CorruptBundleError(f"{version}: unreadable manifest: {error}") from None
+    if manifest.version != version:
+        raise CorruptBundleError(f"{version}: manifest names version {manifest.version!r}")
+    return manifest
+
+
+def safe_file_name(version: str, name: str) -> PurePosixPath:
+    """A manifest's file name as a path that stays inside the bundle folder."""
+    path = PurePosixPath(name)
+    if (
+        not name
+        or path.is_absolute()
+        or any(part in ("", ".", "..") for part in name.split("/"))
+        or name == MANIFEST
+    ):
+        raise CorruptBundleError(f"{version}: the manifest names an unsafe file {name!r}")
+    return path

@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
 
 from core.bundle_loading import check_matrix, load_checked
 from core.bundle_manifest import (
@@ -59,6 +58,7 @@ from core.bundle_manifest import (
     InvalidVersionError,
     Manifest,
     ReportNotFoundError,
+    parse_manifest,
     validate_version,
 )
 from core.store_types import CorpusSnapshot, JobCheckpoints, LoadedBundle
@@ -139,13 +139,7 @@ class BundleStore:
         path = self.path_for(version) / MANIFEST
         if not path.is_file():
             raise BundleNotFoundError(f"no bundle named {version!r} in {self.bundles}")
-        try:
-            manifest = Manifest.model_validate_json(path.read_bytes())
-        except ValidationError as error:
-            raise CorruptBundleError(f"{version}: unreadable manifest: {error}") from None
-        if manifest.version != version:
-            raise CorruptBundleError(f"{version}: manifest names version {manifest.version!r}")
-        return manifest
+        return parse_manifest(version, path.read_bytes())
 
     def publish(self, version: str, **parts: Any) -> Manifest:
         """ModelStore's name for `write`: the bundle, complete, or nothing."""

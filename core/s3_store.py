@@ -32,11 +32,10 @@ import os
 import shutil
 import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, BinaryIO
 
 from boto3.s3.transfer import TransferConfig
-from pydantic import ValidationError
 
 from core.bundle_manifest import (
     BUNDLES_DIR,
@@ -48,6 +47,8 @@ from core.bundle_manifest import (
     BundleStoreUnavailableError,
     CorruptBundleError,
     Manifest,
+    parse_manifest,
+    safe_file_name,
 )
 from core.registry import TMP_PREFIX, BundleStore
 from core.s3_checkpoints import S3JobCheckpoints
@@ -60,29 +61,6 @@ logger = logging.getLogger(__name__)
 
 _CHUNK = 1024 * 1024
 _MULTIPART = 64 * 1024 * 1024  # parts of large uploads (encoder weights, corpus.npy)
-
-
-def _safe_relative(version: str, name: str) -> PurePosixPath:
-    """A manifest's file name as a path that stays inside the bundle folder."""
-    path = PurePosixPath(name)
-    if (
-        not name
-        or path.is_absolute()
-        or any(part in ("", ".", "..") for part in name.split("/"))
-        or name == MANIFEST
-    ):
-        raise CorruptBundleError(f"{version}: the manifest names an unsafe file {name!r}")
-    return path
-
-
-def _parse_manifest(version: str, raw: bytes) -> Manifest:
-    try:
-        manifest = Manifest.model_validate_json(raw)
-    except ValidationError as error:
-        raise CorruptBundleError(f"{version}: unreadable manifest: {error}") from None
-    if manifest.version != version:
-        raise CorruptBundleError(f"{version}: manifest names version {manifest.version!r}")
-    return manifest
 
 
 class S3BundleStore(BundleStore):
@@ -147,7 +125,7 @@ class S3BundleStore(BundleStore):
                     f"no bundle named {version!r} in {self.location}"
                 ) from None
             raise unavailable(error, f"for {version}'s manifest") from error
-        return _parse_manifest(version, raw), raw
+        return parse_manifest(version, raw), raw
 
     def manifest(self, version: str) -> Manifest:
         """The parsed manifest: the cached copy's when there is one (bundles never change),
@@ -218,7 +196,7 @@ class S3BundleStore(BundleStore):
         tmp = self.bundles / f"{TMP_PREFIX}{version}-{uuid.uuid4().hex[:8]}"
         try:
             for name, expected in sorted(manifest.files.items()):
-                target = tmp.joinpath(*_safe_relative(version, name).parts)
+                target = tmp.joinpath(*safe_file_name(version, name).parts)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with target.open("xb") as handle:
                     got = self.download_object(self._key(version, name), handle)

@@ -22,7 +22,6 @@ timeout after the app has started its response just closes the connection.
 import asyncio
 import logging
 from asyncio import TimerHandle
-from dataclasses import dataclass
 from typing import Any
 
 import httptools
@@ -30,7 +29,7 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from core.settings import Settings, get_settings
+from core.settings import get_settings
 from service.errors import (
     ApiError,
     BadRequestError,
@@ -39,6 +38,7 @@ from service.errors import (
     UriTooLongError,
     error_body,
 )
+from service.limits import ServerLimits
 from service.request_id import REQUEST_ID_HEADER, new_request_id
 
 logger = logging.getLogger(__name__)
@@ -50,27 +50,6 @@ _LINGER_S = 2.0
 _HEAD_END = b"\r\n\r\n"  # llhttp rejects bare LF line ends, so this is the only terminator
 # The uvicorn.Config attribute that carries the limits to the protocol, as plain values.
 LIMITS_ATTRIBUTE = "rankserve_server_limits"
-
-
-@dataclass(frozen=True)
-class ServerLimits:
-    """What the protocol enforces; /info publishes the same values."""
-
-    max_header_bytes: int
-    max_headers: int
-    header_timeout_s: float
-    body_timeout_s: float
-    keep_alive_timeout_s: float
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> "ServerLimits":
-        return cls(
-            max_header_bytes=settings.max_header_bytes,
-            max_headers=settings.max_headers,
-            header_timeout_s=settings.header_timeout_s,
-            body_timeout_s=settings.body_timeout_s,
-            keep_alive_timeout_s=settings.keep_alive_timeout_s,
-        )
 
 
 class _TooManyHeadersError(Exception):

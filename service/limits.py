@@ -1,6 +1,7 @@
-"""Request limits: the body-size middleware, and a route class whose JSON parsing rejects what
-`json.loads` lets through (invalid UTF-8, NaN/Infinity, lone surrogates, duplicate keys) and
-bodies nested deeper than the depth limit.
+"""Request limits: what one request (`Limits`) and one connection (`ServerLimits`, enforced by
+service/http_protocol.py) may carry, the body-size middleware, and a route class whose JSON
+parsing rejects what `json.loads` lets through (invalid UTF-8, NaN/Infinity, lone surrogates,
+duplicate keys) and bodies nested deeper than the depth limit.
 """
 
 import json
@@ -48,6 +49,27 @@ class Limits:
     def max_rerank_texts(self) -> int:
         """/rerank's `texts` or `documents`: the query is encoded beside them."""
         return self.max_similarity_targets
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What the protocol enforces; /info publishes the same values."""
+
+    max_header_bytes: int
+    max_headers: int
+    header_timeout_s: float
+    body_timeout_s: float
+    keep_alive_timeout_s: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "ServerLimits":
+        return cls(
+            max_header_bytes=settings.max_header_bytes,
+            max_headers=settings.max_headers,
+            header_timeout_s=settings.header_timeout_s,
+            body_timeout_s=settings.body_timeout_s,
+            keep_alive_timeout_s=settings.keep_alive_timeout_s,
+        )
 
 
 # A \uD800-\uDFFF escape; only a lone one survives json.loads as an unencodable str.

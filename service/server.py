@@ -13,7 +13,8 @@ from uvicorn.config import LOGGING_CONFIG
 from uvicorn.supervisors import Multiprocess
 
 from core.settings import Settings
-from service.http_protocol import LIMITS_ATTRIBUTE, HardenedHttpProtocol, ServerLimits
+from service.http_protocol import LIMITS_ATTRIBUTE, HardenedHttpProtocol
+from service.limits import ServerLimits
 from service.metrics import forget_dead_workers, multiprocess_directory
 
 # uvicorn's exit status when the server did not start (uvicorn.main.STARTUP_FAILURE).

@@ -4,10 +4,10 @@ for, and numba's carray beside them. Imported only where numba is installed.
 - `stack_float32(n)`: n float32 on the stack of the calling kernel. Accumulators there are
   local memory that nothing else can alias, so LLVM keeps them in vector registers across
   the loop that updates them; the same arrays from np.empty live on the heap and are read and
-  written back at every step. It still stores each register back at every step (16 stores
-  per dimension by eight rows), which costs nothing measurable: with the dimensions unrolled
-  by two or four, and a half or a quarter of the stores, the eights ran 0.98-1.08x as fast
-  on one panel (128 rows, float32 and int8 panels, Intel Xeon with AMX, load 0.4-1.0).
+  written back at every step. LLVM does still copy each register to its slot once per
+  dimension (16 stores by eight rows), at no measurable cost: unrolled by two or four
+  dimensions, with a half or a quarter of the stores, the eights ran 0.98-1.08x as fast on
+  one panel (128 rows, float32 and int8 panels, Intel Xeon with AMX, load 0.4-1.0).
 - `as_float32(value)`: a bfloat16, given as its uint16 bits, as the float32 of the same value
   (the bits become the top half), an int8 as its float32, or a float32 as itself, so one
   kernel serves every panel dtype.

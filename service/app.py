@@ -7,7 +7,6 @@ component that needs it awaits `services.holder.wait_ready()` in a task of its o
 appends a check to `services.readiness` to hold /ready at 503 until it is done.
 """
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
@@ -17,7 +16,7 @@ from typing import Any
 from fastapi import Depends, FastAPI
 
 from core.settings import Settings, get_settings
-from core.threads import apply_thread_policy
+from core.threads import apply_thread_policy, in_own_thread
 from service.auth import require_api_key
 from service.background import background_task
 from service.batching import Batcher
@@ -73,9 +72,10 @@ COMPONENTS: tuple[Component, ...] = (corpus_component, swap_component)
 
 
 async def load_first_engine(services: Services, loader: EngineLoader) -> None:
-    """Off the event loop, so /health answers while the model and anchors load."""
+    """Off the event loop, so /health answers while the model and anchors load, in a thread
+    that ends with the load (core/threads.py says why)."""
     try:
-        engine = await asyncio.to_thread(loader, services.settings)
+        engine = await in_own_thread(loader, services.settings)
     except Exception:
         logger.exception("the model failed to load")
         services.holder.load_error = "the model failed to load"

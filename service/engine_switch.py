@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from core.store_types import CorpusSnapshot
+from core.threads import in_own_thread
 from models.anchors import AnchorSet
 from models.cpu_products import prepare_anchors
 from service.engine import Engine, EngineHolder
@@ -44,7 +45,7 @@ class EngineSwitch:
 
     async def first(self, engine: Engine) -> None:
         """The engine a replica starts with (service/app.py)."""
-        engine = await asyncio.to_thread(self._held, engine)
+        engine = await in_own_thread(self._held, engine)
         self._install(engine)
         logger.info(
             "serving %s (%s), %d anchors", engine.name, engine.version, engine.anchors.count
@@ -54,7 +55,7 @@ class EngineSwitch:
     async def swap(self, engine: Engine, snapshot: CorpusSnapshot | None) -> None:
         """A hot swap (service/swap.py): the index for `engine` first, then both at once."""
         # Before staging (the rank store is keyed by the anchors), off the event loop.
-        engine = await asyncio.to_thread(self._held, engine)
+        engine = await in_own_thread(self._held, engine)
         if self.index is None:
             self._install(engine)
         else:
@@ -63,7 +64,7 @@ class EngineSwitch:
 
     async def replace_anchors(self, engine: Engine, anchors: AnchorSet) -> bool:
         """Give the live engine new anchors; only if it is still `engine` (not swapped since)."""
-        held = await asyncio.to_thread(self._held, dataclasses.replace(engine, anchors=anchors))
+        held = await in_own_thread(self._held, dataclasses.replace(engine, anchors=anchors))
         if self.holder.current is not engine:
             return False
         self._install(held)

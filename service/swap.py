@@ -43,6 +43,7 @@ from core.registry import BundleStore
 from core.settings import Settings
 from core.store_types import LoadedBundle
 from core.stores import open_store
+from core.threads import in_own_thread
 from core.versions import active_version, last_loaded
 from service.background import background_task
 from service.dependencies import Services
@@ -204,7 +205,7 @@ class SwapManager:
         self.loading = version
         await self._report()
         try:
-            loaded = await asyncio.to_thread(settings_bundle, self.settings, self.store, version)
+            loaded = await in_own_thread(settings_bundle, self.settings, self.store, version)
             engine = engine_from_bundle(loaded)
             await self.services.switch.swap(engine, loaded.corpus)
         except BundleStoreUnavailableError as error:

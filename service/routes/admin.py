@@ -41,6 +41,7 @@ from core.jobs import (
 )
 from core.loading import settings_bundle
 from core.settings import Settings
+from core.threads import run_in_own_thread
 from core.versions import activate, active_version, history
 from service.auth import bearer_matches
 from service.dependencies import SettingsDep
@@ -248,7 +249,8 @@ def build_router(settings: Settings) -> APIRouter:
             # Its messages name the version and the rule, never a path.
             raise InvalidRequestError(str(error)) from None
         try:
-            settings_bundle(ops.settings, ops.store, version)
+            # Not in this route's own thread, one of a pool that lives on (core/threads.py).
+            run_in_own_thread(settings_bundle, ops.settings, ops.store, version)
         except BundleNotFoundError:
             raise NotFoundError(f"no bundle named {version!r}") from None
         except BundleStoreUnavailableError as error:

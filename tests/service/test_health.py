@@ -119,3 +119,18 @@ def test_a_model_that_fails_to_load_keeps_ready_at_503(tmp_path):
         assert response.status_code == 503
         # A fixed message: the cause, with its path, is in the log only.
         assert response.json()["error"]["message"] == "the model failed to load"
+
+
+def test_the_model_loads_in_a_thread_that_has_ended_once_ready(tmp_path, engine: Engine):
+    # A thread that lives on would keep the OpenMP pool its load started (core/threads.py).
+    loading_threads: list[threading.Thread] = []
+
+    def recording_loader(_settings: Settings) -> Engine:
+        loading_threads.append(threading.current_thread())
+        return engine
+
+    with serve(make_settings(tmp_path), loader=recording_loader) as started:
+        started.wait_ready(timeout=60)
+        assert len(loading_threads) == 1
+        assert loading_threads[0] is not threading.main_thread()
+        assert not loading_threads[0].is_alive()

@@ -38,9 +38,12 @@ def _parallel_work() -> float:
 
 
 def test_the_result_an_error_and_the_context_come_back():
-    _request.set("r-1")
     assert run_in_own_thread(pow, 2, 10) == 1024
-    assert run_in_own_thread(_request.get) == "r-1"
+    token = _request.set("r-1")
+    try:
+        assert run_in_own_thread(_request.get) == "r-1"
+    finally:
+        _request.reset(token)
     with pytest.raises(ZeroDivisionError):
         run_in_own_thread(divmod, 1, 0)
     assert asyncio.run(in_own_thread(pow, 3, 2)) == 9

@@ -33,7 +33,14 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from bench.served import Service, Tally, free_port, http_clients, running_service
+from bench.served import (
+    Service,
+    Tally,
+    free_port,
+    http_clients,
+    running_service,
+    stop_server,
+)
 from bench.serving import BASELINE_BATCH, in_process
 from core.loading import settings_encoder
 from core.settings import DATA_DIR, get_settings
@@ -65,11 +72,7 @@ def running_front(name: str) -> Iterator[Service]:
             time.sleep(0.5)
         yield Service(url, process.pid)
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_server(process)
 
 
 def main() -> None:

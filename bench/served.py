@@ -64,6 +64,15 @@ class Tally:
         return self.sentences / self.cpu_s
 
 
+def stop_server(process: subprocess.Popen[bytes]) -> None:
+    """Ctrl-C, as an operator stops a server, so that it cleans up; killed after a minute."""
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
 @dataclass(frozen=True)
 class Service:
     url: str
@@ -125,11 +134,7 @@ def running_service(
         freeze_heap(thaw=False)
         yield Service(url, process.pid)
     finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_server(process)
         scratch.cleanup()
         store = redis.Redis.from_url(get_settings().redis_url)
         for key in store.scan_iter(match=f"{REDIS_PREFIX}:*"):

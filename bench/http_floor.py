@@ -3,8 +3,8 @@ the event loop costs per request below the service's own layers.
 
 One run measures, on the same machine, encoder and Wikipedia sentences:
   (a) the baseline: in-process batches of 64, as in bench.serving;
-  (a16) in-process batches of 16, the most 16 one-text clients can form;
-  (service) `rankserve serve` (bench/served.py) with 16 concurrent one-text clients;
+  (aN) in-process batches of N, the most N one-text clients can form;
+  (service) `rankserve serve` (bench/served.py) with N concurrent one-text clients (16);
   (fastapi) a bare FastAPI route over the same encoder and batching (bench/floor_apps.py), the
       same clients;
   (asgi) a bare ASGI callable, no framework, the same again.
@@ -91,7 +91,7 @@ def main() -> None:
         encoder = loader.submit(settings_encoder, settings).result()
     worker.submit(encoder.encode, sentences[:BASELINE_BATCH]).result()  # warm-up
     baseline = Tally(f"(a) in-process, batch {BASELINE_BATCH}")
-    batch16 = Tally("(a16) in-process, batch 16")
+    cohort = Tally(f"(a{args.clients}) in-process, batch {args.clients}")
     served = {
         name: Tally(f"({name}) HTTP, {args.clients} clients x 1 text")
         for name in ("service", *FRONTS)
@@ -104,7 +104,7 @@ def main() -> None:
         fronts = {"service": service, "fastapi": fastapi, "asgi": asgi}
         for _ in range(args.rounds):
             in_process(baseline, worker, encoder, sentences, BASELINE_BATCH, args.seconds)
-            in_process(batch16, worker, encoder, sentences, 16, args.seconds)
+            in_process(cohort, worker, encoder, sentences, args.clients, args.seconds)
             for name, front in fronts.items():
                 asyncio.run(
                     http_clients(served[name], front, sentences, args.clients, 1, args.seconds)
@@ -128,7 +128,7 @@ def main() -> None:
     )
     for column in columns:
         table.add_column(column, justify="right")
-    for tally in (baseline, batch16):
+    for tally in (baseline, cohort):
         table.add_row(
             tally.label,
             f"{tally.per_second:.1f}",

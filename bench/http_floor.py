@@ -26,8 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import httpx
 from rich.console import Console
@@ -41,8 +40,7 @@ from bench.served import (
     running_service,
     stop_server,
 )
-from bench.serving import BASELINE_BATCH, in_process
-from core.loading import settings_encoder
+from bench.serving import BASELINE_BATCH, in_process, served_encoder
 from core.settings import DATA_DIR, get_settings
 from models.anchors import read_sentences
 
@@ -86,22 +84,16 @@ def main() -> None:
 
     sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")[:4096]
     settings = get_settings()
-    worker = ThreadPoolExecutor(max_workers=1)
-    with ThreadPoolExecutor(max_workers=1) as loader:  # a thread that ends (core/threads.py)
-        encoder = loader.submit(settings_encoder, settings).result()
-    worker.submit(encoder.encode, sentences[:BASELINE_BATCH]).result()  # warm-up
+    worker, encoder = served_encoder(sentences)
     baseline = Tally(f"(a) in-process, batch {BASELINE_BATCH}")
     cohort = Tally(f"(a{args.clients}) in-process, batch {args.clients}")
     served = {
         name: Tally(f"({name}) HTTP, {args.clients} clients x 1 text")
         for name in ("service", *FRONTS)
     }
-    with (
-        running_service(free_port()) as service,
-        running_front("fastapi") as fastapi,
-        running_front("asgi") as asgi,
-    ):
-        fronts = {"service": service, "fastapi": fastapi, "asgi": asgi}
+    with ExitStack() as stack:
+        fronts = {"service": stack.enter_context(running_service(free_port()))}
+        fronts |= {name: stack.enter_context(running_front(name)) for name in FRONTS}
         for _ in range(args.rounds):
             in_process(baseline, worker, encoder, sentences, BASELINE_BATCH, args.seconds)
             in_process(cohort, worker, encoder, sentences, args.clients, args.seconds)

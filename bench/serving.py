@@ -46,6 +46,7 @@ from bench.served import Tally, free_port, http_clients, running_service
 from bench.timing import percentile
 from core.loading import settings_encoder
 from core.settings import DATA_DIR, get_settings
+from core.threads import run_in_own_thread
 from models.anchors import read_sentences
 from models.encoder import Encoder
 
@@ -74,6 +75,17 @@ def in_process(
     tally.cpu_s += time.process_time() - cpu_start
 
 
+def served_encoder(sentences: list[str]) -> tuple[ThreadPoolExecutor, Encoder]:
+    """The server's encoder (backend, threads, max length from the settings) and threading,
+    warmed up on `sentences`: it loads in a thread that ends and one worker thread runs every
+    forward pass, so in-process figures differ from HTTP ones by HTTP and batching only,
+    whichever RANKSERVE_ENCODER_BACKEND is set."""
+    worker = ThreadPoolExecutor(max_workers=1)
+    encoder = run_in_own_thread(settings_encoder, get_settings())
+    worker.submit(encoder.encode, sentences[:BASELINE_BATCH]).result()
+    return worker, encoder
+
+
 def main() -> None:
     # A SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the server is stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -99,14 +111,7 @@ def main() -> None:
     args = parser.parse_args()
 
     sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")[:4096]
-    settings = get_settings()
-    # The server's encoder (backend, threads, max length from the settings) and threading: it
-    # loads off the main thread and one worker thread runs every forward pass, so (a) differs
-    # from (b) and (c) by HTTP and batching only, whichever RANKSERVE_ENCODER_BACKEND is set.
-    worker = ThreadPoolExecutor(max_workers=1)
-    with ThreadPoolExecutor(max_workers=1) as loader:
-        encoder = loader.submit(settings_encoder, settings).result()
-    worker.submit(encoder.encode, sentences[:BASELINE_BATCH]).result()  # warm-up
+    worker, encoder = served_encoder(sentences)
     baseline = Tally(f"(a) in-process, batch {BASELINE_BATCH}")
     small = {size: Tally(f"(a{size}) in-process, batch {size}") for size in args.small_batches}
     singles = {n: Tally(f"(b{n}) HTTP, {n} clients x 1 text") for n in args.single_clients}

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from core.settings import Settings
 from service.batching import Encoded
-from service.dependencies import BatcherDep, EngineDep, SettingsDep
+from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS, InvalidRequestError
 from service.limits import Limits, StrictJSONRoute
 from service.pair_scoring import score_text_pairs
@@ -52,7 +52,6 @@ def build_router(settings: Settings) -> APIRouter:
         body: models.request,
         engine: EngineDep,
         batcher: BatcherDep,
-        settings: SettingsDep,
     ) -> TeiRerankResponse | CohereRerankResponse:
         """Texts sorted by Eq. 7 against the query, best first, each with its input `index`.
 

@@ -13,7 +13,7 @@ from service.corpus.schemas import (
     SearchResponse,
     document_models,
 )
-from service.dependencies import BatcherDep, EngineDep, SettingsDep
+from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS, StoreDownError, error_responses
 from service.limits import StrictJSONRoute
 
@@ -32,7 +32,6 @@ def build_router(settings: Settings) -> APIRouter:
         engine: EngineDep,
         batcher: BatcherDep,
         corpus: CorpusDep,
-        settings: SettingsDep,
         response: Response,
     ) -> SearchResponse:
         """The top_k documents by lambda * z_q.z_d + (1 - lambda) * cos among the candidates,

@@ -4,7 +4,7 @@ POST /similarity/explain: the same scores with the nearest anchors of each text.
 from fastapi import APIRouter
 
 from core.settings import Settings
-from service.dependencies import BatcherDep, EngineDep, SettingsDep
+from service.dependencies import BatcherDep, EngineDep
 from service.engine import Engine
 from service.errors import ENCODING_ROUTE_ERRORS
 from service.limits import Limits, StrictJSONRoute
@@ -41,7 +41,6 @@ def build_router(settings: Settings) -> APIRouter:
         body: models.similarity,
         engine: EngineDep,
         batcher: BatcherDep,
-        settings: SettingsDep,
     ) -> SimilarityResponse:
         """RankEncoder Eq. 7: lambda * z_i.z_j + (1 - lambda) * cos, z against the anchors."""
         if isinstance(body, models.similarity_pairs):
@@ -70,7 +69,6 @@ def build_router(settings: Settings) -> APIRouter:
         body: explain_model,
         engine: EngineDep,
         batcher: BatcherDep,
-        settings: SettingsDep,
     ) -> ExplainResponse:
         """Eq. 7 of the source against each target, with the anchors nearest each text: the
         top of the rank vectors whose agreement is the rank term."""

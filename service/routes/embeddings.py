@@ -2,6 +2,7 @@
 
 import base64
 
+import numpy as np
 import torch
 from fastapi import APIRouter
 
@@ -9,7 +10,8 @@ from core.settings import Settings
 from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS
 from service.limits import Limits, StrictJSONRoute
-from service.schemas import EmbeddingItem, EmbeddingsResponse, Usage, request_models
+from service.schemas import EmbeddingsResponse, request_models
+from service.vector_json import VectorJSONResponse, float32_rows
 
 
 def base64_float32(vector: torch.Tensor) -> str:
@@ -28,25 +30,27 @@ def build_router(settings: Settings) -> APIRouter:
     )
     async def embeddings(
         body: models.embeddings, engine: EngineDep, batcher: BatcherDep
-    ) -> EmbeddingsResponse:
+    ) -> VectorJSONResponse:
         """`input` is a string or a list of strings; usage counts the tokens the model read."""
         texts = [body.input] if isinstance(body.input, str) else body.input
         encoded = await batcher.encode(engine, texts)
-        vectors: list[str] | list[list[float]]
+        vectors: list[str] | np.ndarray
         if body.encoding_format == "base64":
             vectors = [base64_float32(row) for row in encoded.embeddings]
         else:
-            vectors = encoded.embeddings.tolist()
-        data = [
-            EmbeddingItem(index=i, embedding=vector, truncated=truncated)
-            for i, (vector, truncated) in enumerate(zip(vectors, encoded.truncated, strict=True))
-        ]
+            vectors = float32_rows(encoded.embeddings)
         tokens = encoded.tokens_processed
-        return EmbeddingsResponse(
-            data=data,
-            model=body.model or engine.name,
-            usage=Usage(prompt_tokens=tokens, total_tokens=tokens),
-            model_version=engine.version,
+        return VectorJSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {"object": "embedding", "index": i, "embedding": vector, "truncated": cut}
+                    for i, (vector, cut) in enumerate(zip(vectors, encoded.truncated, strict=True))
+                ],
+                "model": body.model or engine.name,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+                "model_version": engine.version,
+            }
         )
 
     return router

@@ -7,6 +7,7 @@ from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS
 from service.limits import Limits, StrictJSONRoute
 from service.schemas import EncodeResponse, request_models
+from service.vector_json import VectorJSONResponse, float32_rows
 
 
 def build_router(settings: Settings) -> APIRouter:
@@ -18,14 +19,18 @@ def build_router(settings: Settings) -> APIRouter:
         response_model=EncodeResponse,
         responses=ENCODING_ROUTE_ERRORS,
     )
-    async def encode(body: models.encode, engine: EngineDep, batcher: BatcherDep) -> EncodeResponse:
+    async def encode(
+        body: models.encode, engine: EngineDep, batcher: BatcherDep
+    ) -> VectorJSONResponse:
         """L2-normalised embeddings, in the order of `texts`; too-long texts are truncated."""
         encoded = await batcher.encode(engine, body.texts)
-        return EncodeResponse(
-            embeddings=encoded.embeddings.tolist(),
-            dim=engine.dim,
-            model_version=engine.version,
-            truncated=encoded.truncated,
+        return VectorJSONResponse(
+            {
+                "embeddings": float32_rows(encoded.embeddings),
+                "dim": engine.dim,
+                "model_version": engine.version,
+                "truncated": encoded.truncated,
+            }
         )
 
     return router

@@ -7,6 +7,7 @@ import torch
 
 from core.loading import default_version
 from models.encoder import Encoder
+from service.schemas import EncodeResponse
 
 
 def test_embeddings_equal_the_in_process_encoder(client: httpx.Client, encoder: Encoder):
@@ -14,6 +15,8 @@ def test_embeddings_equal_the_in_process_encoder(client: httpx.Client, encoder: 
     response = client.post("/encode", json={"texts": texts, "normalize": True})
     assert response.status_code == 200
     body = response.json()
+    # Written by orjson, not through the route's model (service/vector_json.py): still that model.
+    EncodeResponse.model_validate(body, strict=True)
     served = torch.tensor(body["embeddings"])  # (4, dim)
     assert served.shape == (len(texts), encoder.dim)
     assert body["dim"] == encoder.dim

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from models.encoder import Encoder
+from service.schemas import EmbeddingsResponse
 from tests.service.conftest import API_KEY, Server
 
 TEXTS = ["A man is playing a guitar.", "", "Der Himmel ist blau."]
@@ -71,6 +72,20 @@ def test_a_single_string_input(client: openai.OpenAI, encoded: torch.Tensor):
     assert len(result.data) == 1
     # Alone in its batch rather than padded beside others: equal up to float rounding.
     assert torch.allclose(torch.tensor(result.data[0].embedding), encoded[0], atol=1e-5)
+
+
+@pytest.mark.parametrize("encoding_format", ["float", "base64"])
+def test_the_body_is_the_declared_model(server: Server, encoding_format: str):
+    # Written by orjson, not through the route's model (service/vector_json.py).
+    with server.client(headers={"Authorization": f"Bearer {API_KEY}"}) as http:
+        body = {"input": TEXTS, "model": "m", "encoding_format": encoding_format}
+        response = http.post("/v1/embeddings", json=body)
+    assert response.status_code == 200
+    parsed = EmbeddingsResponse.model_validate(response.json(), strict=True)
+    assert all(
+        isinstance(item.embedding, list if encoding_format == "float" else str)
+        for item in parsed.data
+    )
 
 
 def test_errors_reach_the_client_with_their_message(client: openai.OpenAI):

@@ -138,6 +138,10 @@ def create_app(
         summary="Sentence embeddings and RankEncoder (Eq. 7) similarity",
         version=version("rankserve"),
         lifespan=lifespan,
+        # Traced by service/tracing.py, with its own provider. FastAPI's native telemetry would
+        # add a second span per request once a global provider exists, and looks for one (in
+        # os.environ) on every request: 2 % of the event loop's time per POST /encode.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.state.services = services
     install_error_handlers(app)

@@ -4,7 +4,7 @@ from the float32 arrays.
 Through the route's pydantic model, a vector is copied into Python floats, validated twice
 and written as the float64 each widens to (17 significant digits). orjson writes each float32
 as the shortest decimal that reads back as the same float32, as TEI does: one text's /encode
-body shrinks from 8.1 to 4.8 KB, and writing it from 30 to 8 µs of the event loop's time
+body shrinks from 8.1 to 4.8 KB, and writing it from 35 to 9 µs of the event loop's time
 (docs/benchmarks.md). A client that reads the numbers as float32 gets the very values the
 encoder computed; as float64, they differ from the widened float32 by less than half a
 float32 step.

@@ -66,14 +66,7 @@ def fixed_engine(settings: Settings) -> Engine:
 def bare_app(settings: Settings, engine: Engine) -> FastAPI:
     """One FastAPI route with the service's request model, batcher and body writer."""
     models = request_models(Limits.from_settings(settings))
-    batcher = Batcher(
-        Metrics(),
-        max_batch_size=settings.encode_batch_size,
-        max_wait_s=settings.batch_wait_ms / 1000,
-        rejoin_s=settings.batch_rejoin_ms / 1000,
-        capacity=settings.queue_capacity,
-        retry_after_s=settings.retry_after_s,
-    )
+    batcher = Batcher.from_settings(Metrics(), settings)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

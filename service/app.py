@@ -106,14 +106,7 @@ def create_app(
         switch=EngineSwitch(
             holder, metrics_, settings.anchor_dtype, freezes_heap=settings.freeze_heap
         ),
-        batcher=Batcher(
-            metrics_,
-            max_batch_size=settings.encode_batch_size,
-            max_wait_s=settings.batch_wait_ms / 1000,
-            rejoin_s=settings.batch_rejoin_ms / 1000,
-            capacity=settings.queue_capacity,
-            retry_after_s=settings.retry_after_s,
-        ),
+        batcher=Batcher.from_settings(metrics_, settings),
     )
 
     @asynccontextmanager

@@ -34,6 +34,7 @@ from typing import TypeVar
 
 import torch
 
+from core.settings import Settings
 from service.background import stop_task
 from service.engine import Engine
 from service.metrics import Metrics
@@ -88,6 +89,17 @@ class Batcher:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
         self._collector: asyncio.Task[None] | None = None
         self._rejoin = RejoinWait(rejoin_s, max_batch_size)
+
+    @classmethod
+    def from_settings(cls, metrics: Metrics, settings: Settings) -> "Batcher":
+        return cls(
+            metrics,
+            max_batch_size=settings.encode_batch_size,
+            max_wait_s=settings.batch_wait_ms / 1000,
+            rejoin_s=settings.batch_rejoin_ms / 1000,
+            capacity=settings.queue_capacity,
+            retry_after_s=settings.retry_after_s,
+        )
 
     async def start(self) -> None:
         self._collector = asyncio.create_task(self._collect(), name="batch-collector")

@@ -161,16 +161,18 @@ def main() -> None:
     args = parser.parse_args()
     console = Console()
     console.print(f"load average at start: {os.getloadavg()}, {os.cpu_count()} CPUs")
-    var_dir = Path(tempfile.mkdtemp(prefix="asgi-stack-"))
-    # Two anchors: the stack's cost does not depend on them, and they encode in no time.
-    settings = Settings(var_dir=var_dir, anchor_count=2, anchor_seed=None, demo_corpus=None)
-    engine = fixed_engine(settings)
-    apps = {
-        # No components: the corpus and the swap listener are idle during /encode anyway.
-        "rankserve": create_app(settings, loader=lambda _settings: engine, components=()),
-        "bare FastAPI": bare_app(settings, engine),
-    }
-    times = uvloop.run(measure(apps, args.requests, args.rounds))
+    with tempfile.TemporaryDirectory(prefix="asgi-stack-") as var_dir:
+        # Two anchors: the stack's cost does not depend on them, and they encode in no time.
+        settings = Settings(
+            var_dir=Path(var_dir), anchor_count=2, anchor_seed=None, demo_corpus=None
+        )
+        engine = fixed_engine(settings)
+        apps = {
+            # No components: the corpus and the swap listener are idle during /encode anyway.
+            "rankserve": create_app(settings, loader=lambda _settings: engine, components=()),
+            "bare FastAPI": bare_app(settings, engine),
+        }
+        times = uvloop.run(measure(apps, args.requests, args.rounds))
     console.print(f"load average at end: {os.getloadavg()}")
     table = Table(title=f"POST /encode in-process, {CALLERS} callers, {args.rounds} rounds")
     for column in ("app", "least ms per request", "median ms", "median vs bare"):

@@ -1,17 +1,14 @@
 """Request limits: what one request (`Limits`) and one connection (`ServerLimits`, enforced by
-service/http_protocol.py) may carry, the body-size middleware, and a route class whose JSON
-parsing rejects what `json.loads` lets through (invalid UTF-8, NaN/Infinity, lone surrogates,
-duplicate keys) and bodies nested deeper than the depth limit.
+service/http_protocol.py) may carry, the body-size middleware, and the strict JSON parser that
+rejects what `json.loads` lets through (invalid UTF-8, NaN/Infinity, lone surrogates, duplicate
+keys) and bodies nested deeper than the depth limit (service/json_route.py parses with it).
 """
 
 import json
 import re
-from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from fastapi import Request, Response
-from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -166,26 +163,6 @@ def parse_strict_json(body: bytes, max_depth: int) -> Any:
     if _SURROGATE_ESCAPE.search(body) and _find_lone_surrogate(value):
         raise json.JSONDecodeError("unpaired UTF-16 surrogate escape in a string", text, 0)
     return value
-
-
-class StrictJSONRequest(Request):
-    async def json(self) -> Any:
-        if not hasattr(self, "_json"):
-            max_depth = self.app.state.services.settings.max_json_depth
-            self._json = parse_strict_json(await self.body(), max_depth)
-        return self._json
-
-
-class StrictJSONRoute(APIRoute):
-    """Use as `APIRouter(route_class=StrictJSONRoute)` for every router that takes a body."""
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def strict_handler(request: Request) -> Response:
-            return await handler(StrictJSONRequest(request.scope, request.receive))
-
-        return strict_handler
 
 
 class BodyLimitMiddleware:

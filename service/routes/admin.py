@@ -55,7 +55,7 @@ from service.errors import (
     UnauthorizedError,
     error_responses,
 )
-from service.limits import StrictJSONRoute
+from service.json_route import StrictJSONRoute
 from service.routes.admin_schemas import (
     ActivateResponse,
     CancelResponse,

@@ -35,7 +35,7 @@ from service.errors import (
     StoreDownError,
     error_responses,
 )
-from service.limits import StrictJSONRoute
+from service.json_route import StrictJSONRoute
 
 MAX_PAGE = 1000
 

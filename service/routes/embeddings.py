@@ -9,7 +9,8 @@ from fastapi import APIRouter
 from core.settings import Settings
 from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS
-from service.limits import Limits, StrictJSONRoute
+from service.json_route import StrictJSONRoute
+from service.limits import Limits
 from service.schemas import EmbeddingsResponse, request_models
 from service.vector_json import VectorJSONResponse, float32_rows
 

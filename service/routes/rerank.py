@@ -10,7 +10,8 @@ from core.settings import Settings
 from service.batching import Encoded
 from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS, InvalidRequestError
-from service.limits import Limits, StrictJSONRoute
+from service.json_route import StrictJSONRoute
+from service.limits import Limits
 from service.pair_scoring import score_text_pairs
 from service.request_id import REQUEST_ID
 from service.routes.rerank_schemas import (

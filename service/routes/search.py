@@ -15,7 +15,7 @@ from service.corpus.schemas import (
 )
 from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS, StoreDownError, error_responses
-from service.limits import StrictJSONRoute
+from service.json_route import StrictJSONRoute
 
 
 def build_router(settings: Settings) -> APIRouter:

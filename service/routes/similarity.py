@@ -7,7 +7,8 @@ from core.settings import Settings
 from service.dependencies import BatcherDep, EngineDep
 from service.engine import Engine
 from service.errors import ENCODING_ROUTE_ERRORS
-from service.limits import Limits, StrictJSONRoute
+from service.json_route import StrictJSONRoute
+from service.limits import Limits
 from service.pair_scoring import NearestAnchors, score_text_pairs
 from service.routes.explain_schemas import (
     ExplainedSource,

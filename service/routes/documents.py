@@ -13,6 +13,7 @@ from starlette.convertors import StringConvertor, register_url_convertor
 
 from core.documents import NewDocument, StoredDocument
 from core.settings import Settings
+from service.auth import data_router
 from service.corpus.lifespan import CorpusDep
 from service.corpus.schemas import (
     ID_PATTERN,
@@ -35,7 +36,6 @@ from service.errors import (
     StoreDownError,
     error_responses,
 )
-from service.json_route import StrictJSONRoute
 
 MAX_PAGE = 1000
 
@@ -75,7 +75,7 @@ def document_out(doc: StoredDocument) -> DocumentOut:
 
 def build_router(settings: Settings) -> APIRouter:
     models = document_models(DocumentLimits.from_settings(settings))
-    router = APIRouter(tags=["documents"], route_class=StrictJSONRoute)
+    router = data_router(settings, "documents")
     store_errors = error_responses(InvalidRequestError, NotReadyError, StoreDownError)
     by_id_errors = {
         **error_responses(NotFoundError, InvalidRequestError, StoreDownError),

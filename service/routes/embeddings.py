@@ -7,9 +7,9 @@ import torch
 from fastapi import APIRouter
 
 from core.settings import Settings
+from service.auth import data_router
 from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS
-from service.json_route import StrictJSONRoute
 from service.limits import Limits
 from service.schemas import EmbeddingsResponse, request_models
 from service.vector_json import VectorJSONResponse, float32_rows
@@ -22,7 +22,7 @@ def base64_float32(vector: torch.Tensor) -> str:
 
 def build_router(settings: Settings) -> APIRouter:
     models = request_models(Limits.from_settings(settings))
-    router = APIRouter(tags=["openai"], route_class=StrictJSONRoute)
+    router = data_router(settings, "openai")
 
     @router.post(
         "/v1/embeddings",

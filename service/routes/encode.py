@@ -3,9 +3,9 @@
 from fastapi import APIRouter
 
 from core.settings import Settings
+from service.auth import data_router
 from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS
-from service.json_route import StrictJSONRoute
 from service.limits import Limits
 from service.schemas import EncodeResponse, request_models
 from service.vector_json import VectorJSONResponse, float32_rows
@@ -13,7 +13,7 @@ from service.vector_json import VectorJSONResponse, float32_rows
 
 def build_router(settings: Settings) -> APIRouter:
     models = request_models(Limits.from_settings(settings))
-    router = APIRouter(tags=["encode"], route_class=StrictJSONRoute)
+    router = data_router(settings, "encode")
 
     @router.post(
         "/encode",

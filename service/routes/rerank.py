@@ -7,10 +7,10 @@ batcher, so a rerank shares encoder batches with every other request.
 from fastapi import APIRouter
 
 from core.settings import Settings
+from service.auth import data_router
 from service.batching import Encoded
 from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS, InvalidRequestError
-from service.json_route import StrictJSONRoute
 from service.limits import Limits
 from service.pair_scoring import score_text_pairs
 from service.request_id import REQUEST_ID
@@ -40,7 +40,7 @@ def _refuse_truncation(encoded: Encoded, _: list[int], right: list[int]) -> None
 
 def build_router(settings: Settings) -> APIRouter:
     models = rerank_models(Limits.from_settings(settings))
-    router = APIRouter(tags=["rerank"], route_class=StrictJSONRoute)
+    router = data_router(settings, "rerank")
 
     @router.post(
         "/rerank",

@@ -5,6 +5,7 @@ import time
 from fastapi import APIRouter, Response
 
 from core.settings import Settings
+from service.auth import data_router
 from service.corpus.filters import condition_tree
 from service.corpus.lifespan import CorpusDep
 from service.corpus.schemas import (
@@ -15,12 +16,11 @@ from service.corpus.schemas import (
 )
 from service.dependencies import BatcherDep, EngineDep
 from service.errors import ENCODING_ROUTE_ERRORS, StoreDownError, error_responses
-from service.json_route import StrictJSONRoute
 
 
 def build_router(settings: Settings) -> APIRouter:
     models = document_models(DocumentLimits.from_settings(settings))
-    router = APIRouter(tags=["search"], route_class=StrictJSONRoute)
+    router = data_router(settings, "search")
 
     @router.post(
         "/search",

@@ -4,10 +4,10 @@ POST /similarity/explain: the same scores with the nearest anchors of each text.
 from fastapi import APIRouter
 
 from core.settings import Settings
+from service.auth import data_router
 from service.dependencies import BatcherDep, EngineDep
 from service.engine import Engine
 from service.errors import ENCODING_ROUTE_ERRORS
-from service.json_route import StrictJSONRoute
 from service.limits import Limits
 from service.pair_scoring import NearestAnchors, score_text_pairs
 from service.routes.explain_schemas import (
@@ -31,7 +31,7 @@ def build_router(settings: Settings) -> APIRouter:
     limits = Limits.from_settings(settings)
     models = request_models(limits)
     explain_model = explain_request_model(limits)
-    router = APIRouter(tags=["similarity"], route_class=StrictJSONRoute)
+    router = data_router(settings, "similarity")
 
     @router.post(
         "/similarity",

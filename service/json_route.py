@@ -2,8 +2,8 @@
 
 Each body is parsed by `parse_strict_json` (service/limits.py). The routes that need nothing
 but one JSON body model and dependencies of the request alone, and whose endpoint returns a
-Response itself (POST /encode, POST /v1/embeddings), are served by a lean handler instead of
-FastAPI's. On every request FastAPI's builds a Response for dependencies to set headers on,
+Response itself (POST /encode, /v1/embeddings and /search), are served by a lean handler instead
+of FastAPI's. On every request FastAPI's builds a Response for dependencies to set headers on,
 parses the query string and the cookies, keys a cache for each dependency, and validates the
 body through a TypeAdapter. The lean handler validates the body with its model, awaits the
 dependencies in FastAPI's order, each once per request, and awaits the endpoint: the event

@@ -81,8 +81,8 @@ def test_anything_else_is_left_to_fastapi():
 
 @pytest.mark.parametrize("api_key", [None, API_KEY])
 def test_the_service_routes_that_are_lean(tmp_path: Path, api_key: str | None):
-    """/encode and /v1/embeddings write their own response; the others return models, which
-    FastAPI validates and writes."""
+    """/encode, /v1/embeddings and /search write their own response; the others return models,
+    which FastAPI validates and writes."""
     settings = make_settings(tmp_path, api_key=api_key)
     routes = {
         route.path: route.is_lean
@@ -93,7 +93,7 @@ def test_the_service_routes_that_are_lean(tmp_path: Path, api_key: str | None):
     assert routes == {
         "/encode": True,
         "/v1/embeddings": True,
-        "/search": False,
+        "/search": True,
         "/similarity": False,
         "/similarity/explain": False,
         "/rerank": False,
@@ -129,6 +129,9 @@ REQUESTS = [
     ("/v1/embeddings", b'{"input": "a", "encoding_format": "base64"}', JSON, True),
     ("/v1/embeddings", b'{"input": []}', JSON, True),
     ("/v1/embeddings", b'{"input": "a", "dimensions": 7}', JSON, True),
+    ("/search", b'{"query": "a man plays the guitar", "top_k": 3}', JSON, True),
+    ("/search", b'{"query": "a", "lambda": 2}', JSON, True),
+    ("/search", b'{"query": 5}', JSON, True),
 ]
 
 

@@ -11,6 +11,7 @@ import torch
 from models.anchors import AnchorSet
 from models.encoder import Encoder
 from models.ranking import blend
+from service.corpus.schemas import SearchResponse
 from service.engine import Engine
 from tests.conftest import served
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
@@ -82,6 +83,18 @@ def test_search_reports_where_its_time_went(client: httpx.Client):
         if line.startswith("rankserve_search_index_seconds_count")
     ]
     assert count and float(count[0].split()[-1]) >= 1
+
+
+def test_the_body_is_the_declared_model(client: httpx.Client):
+    """The route writes its model itself (service/model_json.py): the body is what OpenAPI
+    declares, `lambda` by its alias, as FastAPI would have written it."""
+    response = client.post("/search", json={"query": QUERY, "top_k": 3, "lambda": 0.5})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    body = SearchResponse.model_validate_json(response.content, strict=True, by_alias=True)
+    assert len(body.hits) == 3
+    assert body.lambda_ == 0.5
+    assert set(response.json()) == {"hits", "lambda", "model_version", "revision"}
 
 
 @pytest.mark.parametrize("lambda_", [0.1, 0.5, 1.0])

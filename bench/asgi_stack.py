@@ -4,10 +4,12 @@ FastAPI route, both called in-process with no sockets and an encoder that return
 What is left is the work the service's layers do per request (middlewares, dependencies,
 routing past the other routers, strict JSON, the batcher's bookkeeping), without uvicorn's or
 the encoder's, which bench.http_floor measures over real HTTP. The bare route reads the same
-request model, goes through the same batcher and writes the same body, so the ratio is what
-the service adds to FastAPI. 16 concurrent callers send one text each; the two apps alternate
-in rounds, and the table gives the least and the median of the rounds' CPU per request (the
-event loop's thread only: the stand-in encoder runs on the batcher's worker thread).
+request model, goes through the same batcher and writes the same body, through FastAPI's own
+request handler, where the service's /encode takes its lean handler (service/json_route.py):
+the ratio is what the service costs beside one plain FastAPI route. 16 concurrent callers send
+one text each; the two apps alternate in rounds, and the table gives the least and the median
+of the rounds' CPU per request (the event loop's thread only: the stand-in encoder runs on the
+batcher's worker thread).
 
     python -m bench.asgi_stack [--requests 10000] [--rounds 9]
 """

@@ -132,7 +132,7 @@ def _lean_handler(route: APIRoute, model: type[BaseModel], fastapi_handler: Hand
         try:
             body = model.model_validate(await request.json())
         except (ValueError, ClientDisconnect):  # pydantic's ValidationError is a ValueError
-            # The body and its parse are kept on the request: FastAPI reads them, not the client.
+            # The body, and its parse where there is one, stay on the request for FastAPI.
             return await fastapi_handler(request)
         arguments = await _arguments(dependant, request, {})
         arguments[body_name] = body
@@ -146,7 +146,8 @@ class StrictJSONRoute(APIRoute):
 
     @property
     def is_lean(self) -> bool:
-        """Whether requests skip FastAPI's handler when all is as expected (the docstring)."""
+        """Whether its requests skip FastAPI's handler when all is as expected (the module's
+        docstring says when)."""
         return _lean_body_model(self) is not None
 
     def get_route_handler(self) -> Handler:

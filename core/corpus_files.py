@@ -85,6 +85,9 @@ def parse_line(number: int, line: str) -> dict[str, Any]:
         value = json.loads(line, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except ValueError as error:
         raise CorpusFileError(f"line {number}: not JSON ({error})") from None
+    except RecursionError:
+        # Python's parser recurses per level of nesting; no document nests this deep.
+        raise CorpusFileError(f"line {number}: not JSON (nested too deeply)") from None
     if not isinstance(value, dict):
         raise CorpusFileError(f"line {number}: not a JSON object")
     extra = sorted(set(value) - set(FIELDS))

@@ -153,6 +153,17 @@ def test_a_file_with_invalid_lines_imports_nothing(prefix: str, tmp_path: Path):
     assert revision(prefix) == 0
 
 
+def test_a_line_nested_too_deeply_is_a_clean_error(prefix: str, tmp_path: Path):
+    """Python's parser gives up far past any real document's depth: a message, not a trace."""
+    path = write(tmp_path / "deep.jsonl", documents(3))
+    with path.open("a") as handle:
+        handle.write('{"id": "deep", "text": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    result = CliRunner().invoke(app, ["corpus", "import", str(path)])
+    assert result.exit_code == 1
+    assert "line 4: not JSON (nested too deeply)" in flat(result.output)
+    assert revision(prefix) == 0
+
+
 def test_an_unreachable_store_is_a_clean_error(
     prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):

@@ -1,8 +1,10 @@
 """The document store's Lua scripts (core/documents.py): each write is one script, so a
-document's hash, the id listing and the change-log entry change together or not at all.
+document's hash, the id listing and the change-log entry change together or not at all; and one
+read, of a search's hits.
 
-They carry the `#!lua` shebang: Redis then refuses a script up front when it is out of memory,
-instead of failing half-way through.
+They carry the `#!lua` shebang: Redis then refuses a write script up front when it is out of
+memory, instead of failing half-way through, and runs the read, flagged no-writes, on a replica
+or out of memory alike.
 """
 
 UPSERT = """#!lua
@@ -94,4 +96,13 @@ if below <= 1 then
   return {oldest, 0}
 end
 return {oldest, redis.call('XTRIM', KEYS[1], 'MINID', below .. '-0')}
+"""
+
+READ = """#!lua flags=no-writes
+-- KEYS: one hash per document. ARGV: the fields to read from each.
+local rows = {}
+for i, key in ipairs(KEYS) do
+  rows[i] = redis.call('HMGET', key, unpack(ARGV))
+end
+return rows
 """

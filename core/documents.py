@@ -109,6 +109,7 @@ class DocumentStore:
         self._delete = client.register_script(scripts.DELETE)
         self._set_anchors = client.register_script(scripts.SET_ANCHORS)
         self._trim_changes = client.register_script(scripts.TRIM_CHANGES)
+        self._read = client.register_script(scripts.READ)
 
     async def upsert(self, documents: Sequence[NewDocument]) -> tuple[list[int], int]:
         """Write documents (insert or replace); returns their numbers and the new revision."""
@@ -151,17 +152,13 @@ class DocumentStore:
         return (await self.get_many([doc_id]))[0]
 
     async def get_many(self, ids: Sequence[str]) -> list[StoredDocument | None]:
-        """Current state of each id, None where it does not exist; one round trip."""
+        """Current state of each id, None where it does not exist; one round trip, one reply:
+        a pipeline of HMGETs took the event loop 0.21 ms of CPU for 10 documents, the script
+        0.10 (a script alternating them, load 0.1-0.3)."""
         if not ids:
             return []
-
-        async def fetch() -> list[Any]:
-            async with self.client.pipeline(transaction=False) as pipe:
-                for doc_id in ids:
-                    pipe.hmget(self.keys.document(doc_id), _FIELDS)
-                return await pipe.execute()
-
-        rows = await self._call(fetch)
+        keys = [self.keys.document(doc_id) for doc_id in ids]
+        rows = await self._call(lambda: self._read(keys=keys, args=_FIELDS))
         return [_document(doc_id, row) for doc_id, row in zip(ids, rows, strict=True)]
 
     async def list_page(

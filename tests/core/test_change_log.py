@@ -1,4 +1,5 @@
-"""The change log's trimming and gap detection, and WAIT on writes, against the shared Redis.
+"""The change log's trimming and gap detection, WAIT on writes, and documents read back in one
+reply, against the shared Redis.
 
 Each test has its own key prefix. The shared Redis has no replicas, which is exactly what the
 WAIT tests need: any required replica count is out of reach.
@@ -75,6 +76,26 @@ async def test_trim_keeps_what_the_oldest_live_reader_needs(
     assert await store.trim_changes("b", 50, lifetime_s=60, keep=0) == 50
     assert await client.xlen(keys.corpus_changes) == 1
     assert await store.changes_after(50) == []
+
+
+async def test_documents_are_read_back_in_order_with_none_for_the_missing(
+    client: aioredis.Redis, keys: RedisKeys
+):
+    store = DocumentStore(client, keys)
+    numbers, _ = await store.upsert([*docs(0, 3), NewDocument("m", "with metadata", {"k": 2})])
+    await store.delete(["d1"])
+    await client.hdel(keys.document("d2"), "revision")  # a hash cut short reads as missing
+    await client.script_flush()  # the script is loaded again when Redis has lost it
+    found = await store.get_many(["m", "d1", "nowhere", "d0", "d2"])
+    assert [doc.id if doc else None for doc in found] == ["m", None, None, "d0", None]
+    assert found[0] is not None and found[3] is not None
+    assert (found[0].text, found[0].metadata, found[0].number) == (
+        "with metadata",
+        {"k": 2},
+        numbers[3],
+    )
+    assert (found[3].text, found[3].number, found[3].revision) == ("text 0", numbers[0], 1)
+    assert await store.get_many([]) == []
 
 
 async def test_a_reader_whose_position_was_trimmed_gets_a_gap(

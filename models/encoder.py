@@ -32,13 +32,13 @@ from models.backends import (
     ensure_variant,
     load_runner,
     require,
-    token_arrays,
     variant_cache,
 )
 from models.checksums import sha256_directory
 from models.openvino_static import useful_lengths
 from models.packing import packable_pooling
 from models.pass_slices import token_budget_slices
+from models.tokenizing import ArrayTokenizer, array_tokenizer
 from models.torch_packing import TorchPackedRunner
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
@@ -98,9 +98,11 @@ class Encoder:
     backend: Backend = Backend.TORCH
     # The exported graph (backends in EXPORTED), or torch fp32's packed passes on the CPU.
     runner: Runner | None = None
+    tokenize: ArrayTokenizer = field(init=False)  # what a runner's passes are cut from
     _dim: int = field(init=False)
 
     def __post_init__(self) -> None:
+        self.tokenize = array_tokenizer(self.model)
         self._dim = int(self.encode(["probe"]).shape[-1])
 
     @property
@@ -167,7 +169,7 @@ class Encoder:
         if self.runner is None:
             lengths = counts = self.token_counts(texts) if counted or len(texts) > 1 else []
         else:
-            arrays = token_arrays(self.model, texts)
+            arrays = self.tokenize(texts)
             lengths = arrays["attention_mask"].sum(axis=1).tolist()  # truncated counts
             counts = self._untruncated(texts, lengths) if counted else []
         slices = [list(range(len(texts)))]
@@ -208,7 +210,7 @@ class Encoder:
         self, texts: list[str], arrays: dict[str, np.ndarray] | None = None
     ) -> torch.Tensor:
         """One forward pass over `texts`, padded to the longest or packed in rows: by the
-        runner, from their `arrays` (token_arrays), else by sentence-transformers. (n, dim),
+        runner, from their `arrays` (self.tokenize), else by sentence-transformers. (n, dim),
         unit rows."""
         if self.runner is not None:
             assert arrays is not None, "a runner's passes come tokenised"

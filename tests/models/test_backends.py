@@ -18,13 +18,13 @@ from models.backends import (
     Backend,
     available,
     build_variant,
-    token_arrays,
 )
 from models.cpu_info import cpu_has_vnni
 from models.encoder import Encoder, load_encoder
 from models.openvino_runner import OpenVinoRunner, runs_in_bf16, take_word_embeddings
 from models.openvino_static import ON_DEMAND_AFTER, StaticGraphs
 from models.parity import COSINE_FLOOR, SPEARMAN_TOLERANCE, ParitySet, check_parity, embed
+from models.tokenizing import token_arrays
 
 PAIRS_PER_TASK = 150  # 300 dev pairs: a Spearman gap of 0.2 is still well resolved
 CALIBRATION = Settings(data_dir=DATA_DIR).anchor_corpus  # what the service calibrates on

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 import models.encoder
-from models.backends import token_arrays
 from models.encoder import (
     CPU_BATCH_TOKENS,
     Encoder,
@@ -18,6 +17,7 @@ from models.encoder import (
     unit_rows,
 )
 from models.pass_slices import token_budget_slices
+from models.tokenizing import token_arrays
 
 PASS_COST = 64  # tokens' worth of work per forward pass
 
@@ -199,14 +199,14 @@ def test_texts_are_tokenised_in_chunks_in_order(
 ) -> None:
     whole, counts = encoder.encode_counted(COUNTED)
     calls: list[list[str]] = []
-    tokenise = models.encoder.token_arrays
+    tokenise = encoder.tokenize
 
-    def recorded(model: object, texts: list[str]) -> dict[str, np.ndarray]:
+    def recorded(texts: list[str]) -> dict[str, np.ndarray]:
         calls.append(texts)
-        return tokenise(model, texts)  # type: ignore[arg-type]
+        return tokenise(texts)
 
     monkeypatch.setattr(models.encoder, "TOKENISE_CHUNK", 2)
-    monkeypatch.setattr(models.encoder, "token_arrays", recorded)
+    monkeypatch.setattr(encoder, "tokenize", recorded)
     chunked, chunked_counts = encoder.encode_counted(COUNTED)
     assert calls == [COUNTED[0:2], COUNTED[2:4], COUNTED[4:]]
     assert chunked_counts == counts

@@ -16,7 +16,6 @@ from models.backends import (
     available,
     ensure_variant,
     load_runner,
-    token_arrays,
     variant_cache,
 )
 from models.encoder import Encoder
@@ -30,6 +29,7 @@ from models.packing import (
     pack_rows,
     packable_pooling,
 )
+from models.tokenizing import token_arrays
 from models.torch_packing import TorchPackedRunner
 
 NAMES = ["input_ids", "token_type_ids"]

@@ -2,9 +2,9 @@
 
 `token_arrays` asks sentence-transformers, whose `preprocess` parses each input's modality,
 merges its processing options and has transformers convert every encoding. `DirectTokenizer`
-calls the Rust tokenizer underneath and lays out the arrays itself: on an AMD Zen 4 (load 1.3)
-0.044 against 0.108 ms of CPU for one short text, 0.63 against 1.23 ms for 16 and 2.46 against
-3.90 ms for 64, about 3 % of a batch of 16's encoding with openvino-int8-static
+calls the Rust tokenizer underneath and lays out the arrays itself: on an AMD Zen 4 (load 0.8)
+0.044 against 0.123 ms of CPU for one short text, 0.65 against 1.10 ms for 16 and 2.48 against
+4.37 ms for 64, 2-3 % of a batch of 16's encoding with openvino-int8-static
 (docs/benchmarks.md). It serves only pipelines whose arrays it reproduces to the bit, checked
 when it is made on texts that tell tokenizers apart (`PROBE`); others keep `token_arrays`.
 """

@@ -96,11 +96,15 @@ def array_tokenizer(model: SentenceTransformer) -> ArrayTokenizer:
     tokenizer = model.tokenizer
     if not getattr(tokenizer, "is_fast", False) or tokenizer.pad_token_id is None:
         return reference
-    names = list(reference(list(PROBE)))
-    if not set(names) <= _ATTRIBUTES.keys():
-        return reference
-    direct = DirectTokenizer(model, names)
     batches = [list(PROBE), *([text] for text in PROBE)]
-    if all(_same(direct(batch), reference(batch)) for batch in batches):
-        return direct
-    return reference
+    try:
+        names = list(reference(batches[0]))
+        if not set(names) <= _ATTRIBUTES.keys():
+            return reference
+        direct = DirectTokenizer(model, names)
+        same = all(_same(direct(batch), reference(batch)) for batch in batches)
+    except Exception:
+        # Any failure on the probe (a length the Rust side cannot take, a text one of them
+        # refuses) means the direct path does not serve this model.
+        return reference
+    return direct if same else reference

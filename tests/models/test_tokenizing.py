@@ -1,6 +1,8 @@
 """The runners' tokenizer arrays straight from the Rust tokenizer: the same as
 sentence-transformers', or not taken at all."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 
@@ -50,3 +52,13 @@ def test_a_tokenizer_the_direct_path_would_not_reproduce_keeps_sentence_transfor
     tokenize = array_tokenizer(encoder.model)
     assert not isinstance(tokenize, DirectTokenizer)
     _assert_same(tokenize(list(PROBE)), token_arrays(encoder.model, list(PROBE)))
+
+
+def test_a_pipeline_the_probe_fails_on_keeps_sentence_transformers_path(
+    encoder: Encoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No maximum length: sentence-transformers' path raises on the probe's long text, and the
+    # encoder keeps that path, with its errors, as before the direct one existed.
+    monkeypatch.setattr(encoder.model, "max_seq_length", None)
+    tokenize = array_tokenizer(encoder.model)
+    assert isinstance(tokenize, partial) and tokenize.func is token_arrays

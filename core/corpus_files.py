@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, TextIO, TypeVar
 
 from core.documents import NewDocument, StoredDocument
+from core.strict_json import strict_loads
 
 T = TypeVar("T")
 
@@ -64,25 +65,12 @@ def document_line(doc: NewDocument | StoredDocument) -> str:
     return f'{{"id":{json.dumps(doc.id)},"text":{text},"metadata":{metadata_json(doc.metadata)}}}\n'
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a valid JSON number")
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise ValueError(f"duplicate key {key!r}")
-        found[key] = value
-    return found
-
-
 def parse_line(number: int, line: str) -> dict[str, Any]:
     """The JSON object of line `number` (1-based), checked for shape only: an object with a
     string `id`, a string `text` and, if present, an object `metadata` (default {}). What the
     API would refuse (id pattern, lengths, metadata values) is for the caller's validator."""
     try:
-        value = json.loads(line, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        value = strict_loads(line)
     except ValueError as error:
         raise CorpusFileError(f"line {number}: not JSON ({error})") from None
     except RecursionError:

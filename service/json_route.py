@@ -1,6 +1,6 @@
 """`StrictJSONRoute`: the route class of every router that takes a JSON body.
 
-Each body is parsed by `parse_strict_json` (service/limits.py). The routes that need nothing
+Each body is parsed by `parse_strict_json` (core/strict_json.py). The routes that need nothing
 but one JSON body model and dependencies of the request alone, and whose endpoint returns a
 Response itself (POST /encode, /v1/embeddings and /search), are served by a lean handler instead
 of FastAPI's. On every request FastAPI's builds a Response for dependencies to set headers on,
@@ -29,7 +29,7 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel
 from starlette.requests import ClientDisconnect
 
-from service.limits import parse_strict_json
+from core.strict_json import parse_strict_json
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 

@@ -1,6 +1,6 @@
 """JSON a client sends that the API refuses as 422 `invalid_request`, named (issue 10): bodies
 nested deeper than the published depth limit, and duplicate keys at any level, metadata
-included. Over real HTTP, and the parser (service/limits.py) in process.
+included. Over real HTTP, and the parser (core/strict_json.py) in process.
 """
 
 import json
@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from core.strict_json import parse_strict_json
 from service.engine import Engine
-from service.limits import parse_strict_json
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
 
 JSON = {"content-type": "application/json"}

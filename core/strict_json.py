@@ -87,7 +87,7 @@ def parse_strict_json(body: bytes, max_depth: int) -> Any:
     """RFC 8259 JSON only: UTF-8, no NaN/Infinity, no unpaired surrogate escapes, no duplicate
     keys, arrays and objects nested at most `max_depth` levels.
 
-    Raises json.JSONDecodeError, which FastAPI turns into a RequestValidationError (422).
+    Raises json.JSONDecodeError, which the service answers with 422 (service/json_route.py).
     """
     try:
         text = body.decode("utf-8")

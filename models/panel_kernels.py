@@ -3,24 +3,25 @@
 Every output is one float32 sum over the dimensions in their order, fused multiply-adds, and
 nothing else, so which rows are multiplied together, or where the anchors are split between
 cores, cannot change a bit (models/cpu_products.py says why that matters). The kernel runs
-along the anchors: per dimension it loads one panel's 32 anchors' values (float32, bfloat16's
+along the anchors: per dimension it loads a panel's 32 anchors' values (float32, bfloat16's
 bits widened as they are loaded, or int8, each sum times the anchor's power of two at its end)
-and adds them, times each of eight rows (then four or two, for the rest), to 8 x 32
-accumulators held in registers (models/numba_intrinsics.py). That is for AVX-512's 32 vector
-registers; AVX2 has 16, which eight rows overflow, so there rows go by threes (12 registers),
-then twos: 3 x 32 ran 1.96-2.16x as fast as the eights on one core, 56-57 GFLOP/s, where 6 x 16,
-4 x 16, 5 x 16 and 12 x 8 ran 1.1-2.1x (int8 anchors, 120 rows at M = 100k and 96 at 10k,
-AMD EPYC Zen 3, a script, load 1.0-1.5). With AVX-512 the eights ran 1.17-1.19x as fast as
-the threes on the same rows (AMD EPYC Zen 4, load 0.9). The kernel it replaced ran along
-the dimensions, four anchors by two rows, and added up each output's vector lanes at its end.
-Against it, on one core, AMD EPYC Zen 4 (a script alternating the two, load 0.3-0.5),
-bfloat16 anchors at M = 10k: 11 rows (what an exact search verifies) 1.15 ms against 1.64, one
-row (a query) 0.36 against 0.41, 40 rows 1.10x, 128 rows 0.99x; float32 1.1-2.1x from 1 to
-128 rows; docs/benchmarks.md has the table. Widening a panel to float32 once, rather than for
-each group of rows, is the caller's choice (models/anchor_panels.py's WIDEN_ROWS).
-Each sum rounds at every step where a sum over vector lanes rounds fewer times (largest error
-against float64 4e-6 here, 6e-7 there), far below the bfloat16 rounding of the anchors
-themselves (4e-3 relative).
+and adds them, times each row of a group, to sums held in registers
+(models/numba_intrinsics.py). With AVX-512's 32 vector registers, rows go by eights, 8 x 32
+sums in 16 registers; the rows left, or a call of fewer than eight, go across GROUP panels, by
+fours across two or by twos across four, so that 16 registers of sums are in flight, not the
+four that one or two rows by one panel keep, each waiting on its last multiply-add: across
+panels one int8 row (a query) took 0.160 ms against 0.193 at M = 10k and 1.66 against 2.01 at
+100k, two rows (a pair) 0.160 against 0.194, eleven (what an exact search verifies) 0.637
+against 0.703, bfloat16 rows 1.01-1.44x (one core, Intel Xeon with AMX, load 0.9; the
+sixty-ninth session in docs/benchmarks.md). AVX2 has 16 registers, which eight rows overflow,
+so there rows go by threes (12 registers), then twos: 3 x 32 ran 1.96-2.16x as fast as the
+eights on one core, 56-57 GFLOP/s, where 6 x 16, 4 x 16, 5 x 16 and 12 x 8 ran 1.1-2.1x (int8
+anchors, 120 rows at M = 100k and 96 at 10k, AMD EPYC Zen 3, load 1.0-1.5). With AVX-512 the
+eights ran 1.17-1.19x as fast as the threes on the same rows (AMD EPYC Zen 4, load 0.9).
+Widening a panel to float32 once, rather than for each group of rows, is the caller's choice
+(models/anchor_panels.py's WIDEN_ROWS). Each sum rounds at every step where a sum over vector
+lanes rounds fewer times (largest error against float64 4e-6 here, 6e-7 there), far below the
+bfloat16 rounding of the anchors themselves (4e-3 relative).
 """
 
 import functools
@@ -32,13 +33,17 @@ import numpy as np
 from models.numba_jit import compile_kernel
 
 WIDTH = 32  # anchors per panel: two 512-bit registers of float32
+GROUP = 4  # panels the rows left by eights go across: 16 registers of sums by fours or twos
 
 # Bound by kernel(): numba resolves what a kernel calls among the module's globals when it
 # compiles the kernel, and numba is imported only then (models/numba_jit.py).
-_two_rows: Any = None
-_three_rows: Any = None  # the compiled _three_rows_py
-_four_rows: Any = None  # the compiled _four_rows_py
 _eight_rows: Any = None  # the compiled _eight_rows_py
+_three_rows: Any = None  # the compiled _three_rows_py
+_fours: Any = None  # four rows by one panel (_across)
+_two_rows: Any = None  # the compiled _two_rows_py
+_fours_across: Any = None  # four rows across half a group of panels
+_twos_across: Any = None  # two rows across a group
+_rest: Any = None  # the compiled _rest_py
 _rows: Any = None  # the compiled _rows_py
 _widen: Any = None  # the compiled _widen_py
 as_float32: Any = None
@@ -46,12 +51,59 @@ carray: Any = None
 stack_float32: Any = None
 
 
+def _across(rows_per_pass: int, panels_per_pass: int) -> Callable[..., None]:
+    """A pass of `rows_per_pass` rows across `panels_per_pass` panels. numba takes both as
+    constants, so its loops over them unroll and the sums stay in registers."""
+    size = rows_per_pass * panels_per_pass * WIDTH
+
+    def run(
+        rows: np.ndarray,
+        panels: np.ndarray,
+        scales: np.ndarray,
+        out: np.ndarray,
+        panel: int,
+        column: int,
+        row: int,
+    ) -> None:
+        """out[row:row + R, column:column + P * WIDTH] = rows[row:row + R] (R, dim) . the
+        anchors of panels[panel:panel + P] (P, dim, WIDTH) times their scales; rows past the
+        last repeat it (their outputs are written twice, alike), and columns past out's are
+        not written."""
+        count, dim = rows.shape
+        sums = carray(stack_float32(size), (rows_per_pass, panels_per_pass, WIDTH))
+        for r in range(rows_per_pass):
+            for p in range(panels_per_pass):
+                for lane in range(WIDTH):
+                    sums[r, p, lane] = 0.0
+        for k in range(dim):
+            for p in range(panels_per_pass):
+                for lane in range(WIDTH):
+                    # An unsigned index: numba then adds no wraparound test, and the loads
+                    # vectorise.
+                    anchor = as_float32(panels[panel + p, k, np.uint64(lane)])
+                    for r in range(rows_per_pass):
+                        sums[r, p, lane] += rows[min(row + r, count - 1), k] * anchor
+        for r in range(rows_per_pass):
+            for p in range(panels_per_pass):
+                for lane in range(WIDTH):
+                    at = column + p * WIDTH + lane
+                    if at < out.shape[1]:
+                        factor = scales[panel + p, lane]
+                        out[min(row + r, count - 1), at] = sums[r, p, lane] * factor
+
+    return run
+
+
 def _two_rows_py(
     rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int, begin: int
 ) -> None:
-    """_four_rows_py by twos: one or two rows (a query, a pair) took 0.31 ms against 0.34 by
-    fours, 0.92-0.94 against 1.03-1.05 with the matrix out of the caches (bfloat16, M = 10k,
-    one script, Intel Xeon with AMX)."""
+    """out[begin:, first:first + WIDTH] = rows[begin:] (r, dim) . the anchors of one panel
+    (dim, WIDTH) times their scales (WIDTH,), two rows per pass, a short last pair repeating
+    its row; the columns past out's are not written. By twos, one or two rows (a query, a
+    pair) took 0.31 ms against 0.34 by fours, 0.92-0.94 against 1.03-1.05 with the matrix out
+    of the caches (bfloat16, M = 10k, one script, Intel Xeon with AMX). Its own code, though
+    _across(2, 1) would do: that took 1.03-1.31x as long for one or two rows by threes (one
+    core, Intel Xeon with AMX, load 0.8-0.9)."""
     count, dim = rows.shape
     width = min(WIDTH, out.shape[1] - first)
     a0 = carray(stack_float32(WIDTH), (WIDTH,))
@@ -71,43 +123,10 @@ def _two_rows_py(
             out[i, column], out[i1, column] = a0[lane] * scale[lane], a1[lane] * scale[lane]
 
 
-def _four_rows_py(
-    rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int, begin: int
-) -> None:
-    """out[begin:, first:first + WIDTH] = rows[begin:] (r, dim) . the anchors of one panel
-    (dim, WIDTH) times their scales (WIDTH,), four rows per pass, a short last group repeating
-    its last row; the columns past out's are not written. Its own pass, though _two_rows_py
-    could do these rows too: 3 to 14 rows took 1.05-1.35x as long with twos after the eights,
-    called back to back (bfloat16, M = 10k, one script, Intel Xeon with AMX, load 0.6-0.8)."""
-    count, dim = rows.shape
-    width = min(WIDTH, out.shape[1] - first)
-    a0 = carray(stack_float32(WIDTH), (WIDTH,))
-    a1 = carray(stack_float32(WIDTH), (WIDTH,))
-    a2 = carray(stack_float32(WIDTH), (WIDTH,))
-    a3 = carray(stack_float32(WIDTH), (WIDTH,))
-    for i in range(begin, count, 4):
-        i1, i2, i3 = min(i + 1, count - 1), min(i + 2, count - 1), min(i + 3, count - 1)
-        for lane in range(WIDTH):
-            a0[lane] = a1[lane] = a2[lane] = a3[lane] = 0.0
-        for k in range(dim):
-            x0, x1, x2, x3 = rows[i, k], rows[i1, k], rows[i2, k], rows[i3, k]
-            for lane in range(WIDTH):
-                # An unsigned index: numba then adds no wraparound test, and the loads vectorise.
-                anchor = as_float32(panel[k, np.uint64(lane)])
-                a0[lane] += x0 * anchor
-                a1[lane] += x1 * anchor
-                a2[lane] += x2 * anchor
-                a3[lane] += x3 * anchor
-        for lane in range(width):
-            column, factor = first + lane, scale[lane]
-            out[i, column], out[i1, column] = a0[lane] * factor, a1[lane] * factor
-            out[i2, column], out[i3, column] = a2[lane] * factor, a3[lane] * factor
-
-
 def _three_rows_py(
     rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int
 ) -> int:
-    """_four_rows_py's products for the rows in whole groups of three, the widest group whose
+    """_two_rows_py's products for the rows in whole groups of three, the widest group whose
     3 x 32 accumulators fit AVX2's registers; returns the first row left."""
     count, dim = rows.shape
     width = min(WIDTH, out.shape[1] - first)
@@ -135,7 +154,7 @@ def _three_rows_py(
 def _eight_rows_py(
     rows: np.ndarray, panel: np.ndarray, scale: np.ndarray, out: np.ndarray, first: int
 ) -> int:
-    """_four_rows_py's products for the rows in whole groups of eight; returns the first row
+    """_two_rows_py's products for the rows in whole groups of eight; returns the first row
     left. Eight rows share each load of the panel: 8 rows took 0.78 ms against 0.90 by fours,
     11 rows 1.15 against 1.27 (bfloat16, M = 10k, one script, AMD EPYC Zen 4)."""
     count, dim = rows.shape
@@ -184,22 +203,40 @@ def _widen_py(panel: np.ndarray, wide: np.ndarray) -> None:
 
 def _rows_py(
     rows: np.ndarray,
-    panel: np.ndarray,
-    scale: np.ndarray,
+    panels: np.ndarray,
+    scales: np.ndarray,
     out: np.ndarray,
-    first: int,
+    panel: int,
+    column: int,
     eights: bool,
 ) -> None:
-    """Every row times one panel: by eights where `eights` (AVX-512), else by threes, and the
-    rest by fours or twos."""
+    """Every row times panels[panel] (outputs from `column`): by eights where `eights`
+    (AVX-512), else by threes, and the rest by fours or twos."""
     if eights:
-        begin = _eight_rows(rows, panel, scale, out, first)
+        begin = _eight_rows(rows, panels[panel], scales[panel], out, column)
     else:
-        begin = _three_rows(rows, panel, scale, out, first)
+        begin = _three_rows(rows, panels[panel], scales[panel], out, column)
     if rows.shape[0] - begin > 2:
-        _four_rows(rows, panel, scale, out, first, begin)
+        for row in range(begin, rows.shape[0], 4):
+            _fours(rows, panels, scales, out, panel, column, row)
     else:
-        _two_rows(rows, panel, scale, out, first, begin)
+        _two_rows(rows, panels[panel], scales[panel], out, column, begin)
+
+
+def _rest_py(
+    rows: np.ndarray, panels: np.ndarray, scales: np.ndarray, out: np.ndarray, panel: int, row: int
+) -> None:
+    """Rows `row` onwards times the GROUP panels from `panel`: by fours, each across half the
+    group, the last one or two rows by twos across all of it."""
+    half = GROUP // 2
+    while row < rows.shape[0]:
+        if rows.shape[0] - row > 2:
+            _fours_across(rows, panels, scales, out, panel, panel * WIDTH, row)
+            _fours_across(rows, panels, scales, out, panel + half, (panel + half) * WIDTH, row)
+            row += 4
+        else:
+            _twos_across(rows, panels, scales, out, panel, panel * WIDTH, row)
+            row += 2
 
 
 def _panel_cosines_py(
@@ -213,15 +250,27 @@ def _panel_cosines_py(
     widen: bool,
 ) -> None:
     """out[:, start:stop] = rows (r, dim) . anchors[start:stop]^T, from their panels
-    (count, dim, WIDTH) and scales (count, WIDTH); `start` is a multiple of WIDTH. With
-    `widen`, each panel is copied into float32 once and every row group reads the copy."""
-    wide = np.empty((panels.shape[1] if widen else 0, WIDTH), dtype=np.float32)  # (dim, WIDTH)
-    for p in range(start // WIDTH, -(-stop // WIDTH)):
+    (count, dim, WIDTH) and scales (count, WIDTH); `start` is a multiple of WIDTH. Each
+    panel's rows go by eights where `eights` (AVX-512), else by threes; the rows they leave
+    go across GROUP panels a pass by eights (save in a last, shorter group), else by panel.
+    With `widen`, each panel is copied into float32 once and every pass reads the copy."""
+    wide = np.empty((1, panels.shape[1] if widen else 0, WIDTH), dtype=np.float32)
+    count = rows.shape[0]
+    whole = count - count % 8
+    p, end = start // WIDTH, -(-stop // WIDTH)
+    while p < end:
+        if eights and not widen and whole < count and p + GROUP <= end:
+            for q in range(p, p + GROUP):
+                _eight_rows(rows, panels[q], scales[q], out, q * WIDTH)
+            _rest(rows, panels, scales, out, p, whole)
+            p += GROUP
+            continue
         if widen:
-            _widen(panels[p], wide)
-            _rows(rows, wide, scales[p], out, p * WIDTH, eights)
+            _widen(panels[p], wide[0])
+            _rows(rows, wide, scales[p : p + 1], out, 0, p * WIDTH, eights)
         else:
-            _rows(rows, panels[p], scales[p], out, p * WIDTH, eights)
+            _rows(rows, panels, scales, out, p, p * WIDTH, eights)
+        p += 1
 
 
 def _signatures(template: str) -> list[str]:
@@ -232,10 +281,10 @@ def _signatures(template: str) -> list[str]:
 def kernel() -> Callable[..., Any] | None:
     """The compiled product, or None without numba. Only fused multiply-adds are allowed
     (fastmath's "contract"), not reassociation: each sum keeps the order of the dimensions
-    in every compiled variant, which is what makes groups of eight rows, three, four or two,
-    any dtype's panels and any split of the anchors give the same bits."""
-    global _two_rows, _three_rows, _four_rows, _eight_rows, _rows, _widen
-    global as_float32, carray, stack_float32
+    in every compiled variant, which is what makes any grouping of rows and panels, any
+    dtype's panels and any split of the anchors give the same bits."""
+    global _eight_rows, _three_rows, _fours, _two_rows, _fours_across, _twos_across
+    global _rest, _rows, _widen, as_float32, carray, stack_float32
     try:
         from models import numba_intrinsics
     except ImportError:
@@ -243,28 +292,32 @@ def kernel() -> Callable[..., Any] | None:
     as_float32, carray = numba_intrinsics.as_float32, numba_intrinsics.carray
     stack_float32 = numba_intrinsics.stack_float32
     flags = {"contract"}
-    rows, scale = "float32[:, ::1]", "float32[::1]"
-    _two_rows = compile_kernel(
-        _two_rows_py,
-        _signatures(f"void({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64, int64)"),
-        fastmath=flags,
-    )
-    _four_rows = compile_kernel(
-        _four_rows_py,
-        _signatures(f"void({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64, int64)"),
-        fastmath=flags,
-    )
-    _three_rows, _eight_rows = (
+    rows, scales = "float32[:, ::1]", "float32[:, ::1]"
+    panels = f"{{anchors}}[:, :, ::1], {scales}"
+    _eight_rows, _three_rows = (
         compile_kernel(
             function,
-            _signatures(f"int64({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64)"),
+            _signatures(f"int64({rows}, {{anchors}}[:, ::1], float32[::1], {rows}, int64)"),
             fastmath=flags,
         )
-        for function in (_three_rows_py, _eight_rows_py)
+        for function in (_eight_rows_py, _three_rows_py)
+    )
+    passes = _signatures(f"void({rows}, {panels}, {rows}, int64, int64, int64)")
+    _fours, _fours_across, _twos_across = (
+        compile_kernel(_across(count, across), passes, fastmath=flags)
+        for count, across in ((4, 1), (4, GROUP // 2), (2, GROUP))
+    )
+    _two_rows = compile_kernel(
+        _two_rows_py,
+        _signatures(f"void({rows}, {{anchors}}[:, ::1], float32[::1], {rows}, int64, int64)"),
+        fastmath=flags,
+    )
+    _rest = compile_kernel(
+        _rest_py, _signatures(f"void({rows}, {panels}, {rows}, int64, int64)"), fastmath=flags
     )
     _rows = compile_kernel(
         _rows_py,
-        _signatures(f"void({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64, boolean)"),
+        _signatures(f"void({rows}, {panels}, {rows}, int64, int64, boolean)"),
         fastmath=flags,
     )
     _widen = compile_kernel(
@@ -272,9 +325,6 @@ def kernel() -> Callable[..., Any] | None:
     )
     return compile_kernel(
         _panel_cosines_py,
-        _signatures(
-            f"void({rows}, {{anchors}}[:, :, ::1], float32[:, ::1], {rows}, int64, int64, "
-            "boolean, boolean)"
-        ),
+        _signatures(f"void({rows}, {panels}, {rows}, int64, int64, boolean, boolean)"),
         fastmath=flags,
     )

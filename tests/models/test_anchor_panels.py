@@ -34,25 +34,29 @@ def test_panels_hold_the_anchors_thirty_two_at_a_time_padded_with_zeros(
     assert not panels[2, :, 70 - 2 * WIDTH :].any()
 
 
-# By twos; eights and twos, eights and fours; threes, threes and twos.
-@pytest.mark.parametrize("count", [1, 2, 9, 13])
+# By twos; eights and twos, eights and fours; threes, threes and twos. By eights, 167 anchors
+# are one group of four panels, the rows left going across them, and two more panels, the last
+# short; from column 64 on (a split), the group holds the short panel.
+@pytest.mark.parametrize("count", [1, 2, 5, 9, 13])
 @pytest.mark.parametrize("eights", [True, False])
-def test_each_sum_runs_over_the_dimensions_in_order(count: int, eights: bool) -> None:
+@pytest.mark.parametrize("start", [0, 2 * WIDTH])
+def test_each_sum_runs_over_the_dimensions_in_order(count: int, eights: bool, start: int) -> None:
     """The documented order: one float32 fused multiply-add per dimension, first to last,
-    which fixes every bit whatever the grouping of rows, by AVX-512's eights or AVX2's
-    threes."""
+    which fixes every bit whatever the grouping of rows and panels, by AVX-512's eights or
+    AVX2's threes."""
     rng = np.random.default_rng(1)
-    rows, anchors = unit_rows(rng, count, 40), unit_rows(rng, 45, 40)
+    rows, anchors = unit_rows(rng, count, 40), unit_rows(rng, 167, 40)
     wide_rows, wide_anchors = rows.numpy().astype(np.float64), anchors.numpy().astype(np.float64)
-    expected = np.zeros((count, 45), dtype=np.float32)
+    expected = np.zeros((count, 167), dtype=np.float32)
     for k in range(40):
         # float64 holds a float32 product exactly, so rounding the sum to float32 is the
         # fused multiply-add (bar a double rounding, about once in 2^29 sums).
-        exact = expected + np.outer(wide_rows[:, k], wide_anchors[:, k])  # (count, 45) float64
+        exact = expected + np.outer(wide_rows[:, k], wide_anchors[:, k])  # (count, 167) float64
         expected = exact.astype(np.float32)
-    out = np.empty((count, 45), dtype=np.float32)
-    panel_cosines(rows.numpy(), panels_of(anchors), out, 0, 45, eights=eights)
-    assert np.array_equal(out, expected)
+    out = np.full((count, 167), np.nan, dtype=np.float32)
+    panel_cosines(rows.numpy(), panels_of(anchors), out, start, 167, eights=eights)
+    assert np.array_equal(out[:, start:], expected[:, start:])
+    assert np.isnan(out[:, :start]).all()
     assert torch.equal(anchor_cosines(rows, anchors), torch.from_numpy(expected))
 
 
@@ -88,26 +92,28 @@ def test_preparing_a_matrix_builds_its_panels_before_any_product() -> None:
 def test_anchors_on_the_int8_grid_are_read_at_a_byte_a_value_with_the_same_bits(
     eights: bool,
 ) -> None:
+    """Eleven rows: by eights the three left go across a group of four panels, then by panel
+    in the last two."""
     rng = np.random.default_rng(5)
-    held = hold(unit_rows(rng, 70, 48), "int8")  # (70, 48) bfloat16 on the grid
+    held = hold(unit_rows(rng, 167, 48), "int8")  # (167, 48) bfloat16 on the grid: 6 panels
     rows = unit_rows(rng, 11, 48)
     panels = panels_of(held)
     assert panels.values.dtype == np.int8
     q, scales = int8_grid(held)  # type: ignore[misc]
     assert np.array_equal(panels.values[1, :, 3], q[WIDTH + 3].numpy())
-    assert panels.scales[1, 3] == scales[WIDTH + 3] and panels.scales[2, 70 - 2 * WIDTH] == 1
+    assert panels.scales[1, 3] == scales[WIDTH + 3] and panels.scales[5, 167 - 5 * WIDTH] == 1
     bits = held.view(torch.int16).numpy().view(np.uint16)  # the same matrix as bfloat16 panels
-    wide = np.zeros((3 * WIDTH, 48), dtype=np.uint16)
-    wide[:70] = bits
+    wide = np.zeros((6 * WIDTH, 48), dtype=np.uint16)
+    wide[:167] = bits
     bfloat16_panels = Panels(
-        np.ascontiguousarray(wide.reshape(3, WIDTH, 48).transpose(0, 2, 1)),
-        np.ones((3, WIDTH), dtype=np.float32),
+        np.ascontiguousarray(wide.reshape(6, WIDTH, 48).transpose(0, 2, 1)),
+        np.ones((6, WIDTH), dtype=np.float32),
     )
     outputs = []
     for source in (panels, bfloat16_panels):
         for widen in (False, True):  # widened once per panel, or per group of rows
-            outputs.append(np.empty((11, 70), np.float32))
-            panel_cosines(rows.numpy(), source, outputs[-1], 0, 70, eights=eights, widen=widen)
+            outputs.append(np.empty((11, 167), np.float32))
+            panel_cosines(rows.numpy(), source, outputs[-1], 0, 167, eights=eights, widen=widen)
     for other in outputs[1:]:
         assert np.array_equal(outputs[0], other)
     torch.testing.assert_close(

@@ -292,8 +292,8 @@ def kernel() -> Callable[..., Any] | None:
     as_float32, carray = numba_intrinsics.as_float32, numba_intrinsics.carray
     stack_float32 = numba_intrinsics.stack_float32
     flags = {"contract"}
-    rows, scales = "float32[:, ::1]", "float32[:, ::1]"
-    panels = f"{{anchors}}[:, :, ::1], {scales}"
+    rows = "float32[:, ::1]"  # the rows, the outputs, and the panels' scales
+    panels = f"{{anchors}}[:, :, ::1], {rows}"  # the panels and their scales
     _eight_rows, _three_rows = (
         compile_kernel(
             function,

@@ -39,11 +39,9 @@ GROUP = 4  # panels the rows left by eights go across: 16 registers of sums by f
 # compiles the kernel, and numba is imported only then (models/numba_jit.py).
 _eight_rows: Any = None  # the compiled _eight_rows_py
 _three_rows: Any = None  # the compiled _three_rows_py
-_fours: Any = None  # four rows by one panel (_across)
 _two_rows: Any = None  # the compiled _two_rows_py
-_fours_across: Any = None  # four rows across half a group of panels
-_twos_across: Any = None  # two rows across a group
-_rest: Any = None  # the compiled _rest_py
+_fours: Any = None  # four rows across half a group of panels (_across)
+_twos: Any = None  # two rows across a group of panels (_across)
 _rows: Any = None  # the compiled _rows_py
 _widen: Any = None  # the compiled _widen_py
 as_float32: Any = None
@@ -211,32 +209,12 @@ def _rows_py(
     eights: bool,
 ) -> None:
     """Every row times panels[panel] (outputs from `column`): by eights where `eights`
-    (AVX-512), else by threes, and the rest by fours or twos."""
+    (AVX-512), else by threes, and the rest by twos."""
     if eights:
         begin = _eight_rows(rows, panels[panel], scales[panel], out, column)
     else:
         begin = _three_rows(rows, panels[panel], scales[panel], out, column)
-    if rows.shape[0] - begin > 2:
-        for row in range(begin, rows.shape[0], 4):
-            _fours(rows, panels, scales, out, panel, column, row)
-    else:
-        _two_rows(rows, panels[panel], scales[panel], out, column, begin)
-
-
-def _rest_py(
-    rows: np.ndarray, panels: np.ndarray, scales: np.ndarray, out: np.ndarray, panel: int, row: int
-) -> None:
-    """Rows `row` onwards times the GROUP panels from `panel`: by fours, each across half the
-    group, the last one or two rows by twos across all of it."""
-    half = GROUP // 2
-    while row < rows.shape[0]:
-        if rows.shape[0] - row > 2:
-            _fours_across(rows, panels, scales, out, panel, panel * WIDTH, row)
-            _fours_across(rows, panels, scales, out, panel + half, (panel + half) * WIDTH, row)
-            row += 4
-        else:
-            _twos_across(rows, panels, scales, out, panel, panel * WIDTH, row)
-            row += 2
+    _two_rows(rows, panels[panel], scales[panel], out, column, begin)
 
 
 def _panel_cosines_py(
@@ -252,7 +230,8 @@ def _panel_cosines_py(
     """out[:, start:stop] = rows (r, dim) . anchors[start:stop]^T, from their panels
     (count, dim, WIDTH) and scales (count, WIDTH); `start` is a multiple of WIDTH. Each
     panel's rows go by eights where `eights` (AVX-512), else by threes; the rows they leave
-    go across GROUP panels a pass by eights (save in a last, shorter group), else by panel.
+    go across GROUP panels a pass by eights, by fours or the last two by twos (save in a last,
+    shorter group), else by twos per panel.
     With `widen`, each panel is copied into float32 once and every pass reads the copy."""
     wide = np.empty((1, panels.shape[1] if widen else 0, WIDTH), dtype=np.float32)
     count = rows.shape[0]
@@ -262,7 +241,15 @@ def _panel_cosines_py(
         if eights and not widen and whole < count and p + GROUP <= end:
             for q in range(p, p + GROUP):
                 _eight_rows(rows, panels[q], scales[q], out, q * WIDTH)
-            _rest(rows, panels, scales, out, p, whole)
+            row, half = whole, GROUP // 2
+            while row < count:
+                if count - row > 2:  # by fours, each across half the group
+                    _fours(rows, panels, scales, out, p, p * WIDTH, row)
+                    _fours(rows, panels, scales, out, p + half, (p + half) * WIDTH, row)
+                    row += 4
+                else:
+                    _twos(rows, panels, scales, out, p, p * WIDTH, row)
+                    row += 2
             p += GROUP
             continue
         if widen:
@@ -283,8 +270,8 @@ def kernel() -> Callable[..., Any] | None:
     (fastmath's "contract"), not reassociation: each sum keeps the order of the dimensions
     in every compiled variant, which is what makes any grouping of rows and panels, any
     dtype's panels and any split of the anchors give the same bits."""
-    global _eight_rows, _three_rows, _fours, _two_rows, _fours_across, _twos_across
-    global _rest, _rows, _widen, as_float32, carray, stack_float32
+    global _eight_rows, _three_rows, _two_rows, _fours, _twos, _rows, _widen
+    global as_float32, carray, stack_float32
     try:
         from models import numba_intrinsics
     except ImportError:
@@ -303,17 +290,14 @@ def kernel() -> Callable[..., Any] | None:
         for function in (_eight_rows_py, _three_rows_py)
     )
     passes = _signatures(f"void({rows}, {panels}, {rows}, int64, int64, int64)")
-    _fours, _fours_across, _twos_across = (
+    _fours, _twos = (
         compile_kernel(_across(count, across), passes, fastmath=flags)
-        for count, across in ((4, 1), (4, GROUP // 2), (2, GROUP))
+        for count, across in ((4, GROUP // 2), (2, GROUP))
     )
     _two_rows = compile_kernel(
         _two_rows_py,
         _signatures(f"void({rows}, {{anchors}}[:, ::1], float32[::1], {rows}, int64, int64)"),
         fastmath=flags,
-    )
-    _rest = compile_kernel(
-        _rest_py, _signatures(f"void({rows}, {panels}, {rows}, int64, int64)"), fastmath=flags
     )
     _rows = compile_kernel(
         _rows_py,

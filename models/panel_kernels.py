@@ -60,13 +60,12 @@ def _across(rows_per_pass: int, panels_per_pass: int) -> Callable[..., None]:
         scales: np.ndarray,
         out: np.ndarray,
         panel: int,
-        column: int,
         row: int,
     ) -> None:
-        """out[row:row + R, column:column + P * WIDTH] = rows[row:row + R] (R, dim) . the
-        anchors of panels[panel:panel + P] (P, dim, WIDTH) times their scales; rows past the
-        last repeat it (their outputs are written twice, alike), and columns past out's are
-        not written."""
+        """out[row:row + R, the columns of panels panel to panel + P] = rows[row:row + R]
+        (R, dim) . those panels' anchors (P, dim, WIDTH) times their scales; rows past the last
+        repeat it (their outputs are written twice, alike), and columns past out's are not
+        written."""
         count, dim = rows.shape
         sums = carray(stack_float32(size), (rows_per_pass, panels_per_pass, WIDTH))
         for r in range(rows_per_pass):
@@ -84,7 +83,7 @@ def _across(rows_per_pass: int, panels_per_pass: int) -> Callable[..., None]:
         for r in range(rows_per_pass):
             for p in range(panels_per_pass):
                 for lane in range(WIDTH):
-                    at = column + p * WIDTH + lane
+                    at = (panel + p) * WIDTH + lane
                     if at < out.shape[1]:
                         factor = scales[panel + p, lane]
                         out[min(row + r, count - 1), at] = sums[r, p, lane] * factor
@@ -201,20 +200,19 @@ def _widen_py(panel: np.ndarray, wide: np.ndarray) -> None:
 
 def _rows_py(
     rows: np.ndarray,
-    panels: np.ndarray,
-    scales: np.ndarray,
+    panel: np.ndarray,
+    scale: np.ndarray,
     out: np.ndarray,
-    panel: int,
-    column: int,
+    first: int,
     eights: bool,
 ) -> None:
-    """Every row times panels[panel] (outputs from `column`): by eights where `eights`
-    (AVX-512), else by threes, and the rest by twos."""
+    """Every row times one panel: by eights where `eights` (AVX-512), else by threes, and the
+    rest by twos."""
     if eights:
-        begin = _eight_rows(rows, panels[panel], scales[panel], out, column)
+        begin = _eight_rows(rows, panel, scale, out, first)
     else:
-        begin = _three_rows(rows, panels[panel], scales[panel], out, column)
-    _two_rows(rows, panels[panel], scales[panel], out, column, begin)
+        begin = _three_rows(rows, panel, scale, out, first)
+    _two_rows(rows, panel, scale, out, first, begin)
 
 
 def _panel_cosines_py(
@@ -231,9 +229,9 @@ def _panel_cosines_py(
     (count, dim, WIDTH) and scales (count, WIDTH); `start` is a multiple of WIDTH. Each
     panel's rows go by eights where `eights` (AVX-512), else by threes; the rows they leave
     go across GROUP panels a pass by eights, by fours or the last two by twos (save in a last,
-    shorter group), else by twos per panel.
-    With `widen`, each panel is copied into float32 once and every pass reads the copy."""
-    wide = np.empty((1, panels.shape[1] if widen else 0, WIDTH), dtype=np.float32)
+    shorter group), else by twos per panel. With `widen`, each panel is copied into float32
+    once and every pass reads the copy."""
+    wide = np.empty((panels.shape[1] if widen else 0, WIDTH), dtype=np.float32)  # (dim, WIDTH)
     count = rows.shape[0]
     whole = count - count % 8
     p, end = start // WIDTH, -(-stop // WIDTH)
@@ -244,19 +242,19 @@ def _panel_cosines_py(
             row, half = whole, GROUP // 2
             while row < count:
                 if count - row > 2:  # by fours, each across half the group
-                    _fours(rows, panels, scales, out, p, p * WIDTH, row)
-                    _fours(rows, panels, scales, out, p + half, (p + half) * WIDTH, row)
+                    _fours(rows, panels, scales, out, p, row)
+                    _fours(rows, panels, scales, out, p + half, row)
                     row += 4
                 else:
-                    _twos(rows, panels, scales, out, p, p * WIDTH, row)
+                    _twos(rows, panels, scales, out, p, row)
                     row += 2
             p += GROUP
             continue
         if widen:
-            _widen(panels[p], wide[0])
-            _rows(rows, wide, scales[p : p + 1], out, 0, p * WIDTH, eights)
+            _widen(panels[p], wide)
+            _rows(rows, wide, scales[p], out, p * WIDTH, eights)
         else:
-            _rows(rows, panels, scales, out, p, p * WIDTH, eights)
+            _rows(rows, panels[p], scales[p], out, p * WIDTH, eights)
         p += 1
 
 
@@ -279,29 +277,29 @@ def kernel() -> Callable[..., Any] | None:
     as_float32, carray = numba_intrinsics.as_float32, numba_intrinsics.carray
     stack_float32 = numba_intrinsics.stack_float32
     flags = {"contract"}
-    rows = "float32[:, ::1]"  # the rows, the outputs, and the panels' scales
-    panels = f"{{anchors}}[:, :, ::1], {rows}"  # the panels and their scales
-    _eight_rows, _three_rows = (
+    rows, scale = "float32[:, ::1]", "float32[::1]"
+    _two_rows = compile_kernel(
+        _two_rows_py,
+        _signatures(f"void({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64, int64)"),
+        fastmath=flags,
+    )
+    _three_rows, _eight_rows = (
         compile_kernel(
             function,
-            _signatures(f"int64({rows}, {{anchors}}[:, ::1], float32[::1], {rows}, int64)"),
+            _signatures(f"int64({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64)"),
             fastmath=flags,
         )
-        for function in (_eight_rows_py, _three_rows_py)
+        for function in (_three_rows_py, _eight_rows_py)
     )
-    passes = _signatures(f"void({rows}, {panels}, {rows}, int64, int64, int64)")
+    # A pass across panels reads all of them and their scales (count, WIDTH).
+    passes = _signatures(f"void({rows}, {{anchors}}[:, :, ::1], {rows}, {rows}, int64, int64)")
     _fours, _twos = (
         compile_kernel(_across(count, across), passes, fastmath=flags)
         for count, across in ((4, GROUP // 2), (2, GROUP))
     )
-    _two_rows = compile_kernel(
-        _two_rows_py,
-        _signatures(f"void({rows}, {{anchors}}[:, ::1], float32[::1], {rows}, int64, int64)"),
-        fastmath=flags,
-    )
     _rows = compile_kernel(
         _rows_py,
-        _signatures(f"void({rows}, {panels}, {rows}, int64, int64, boolean)"),
+        _signatures(f"void({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64, boolean)"),
         fastmath=flags,
     )
     _widen = compile_kernel(
@@ -309,6 +307,9 @@ def kernel() -> Callable[..., Any] | None:
     )
     return compile_kernel(
         _panel_cosines_py,
-        _signatures(f"void({rows}, {panels}, {rows}, int64, int64, boolean, boolean)"),
+        _signatures(
+            f"void({rows}, {{anchors}}[:, :, ::1], float32[:, ::1], {rows}, int64, int64, "
+            "boolean, boolean)"
+        ),
         fastmath=flags,
     )

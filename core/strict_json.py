@@ -31,10 +31,6 @@ def _find_lone_surrogate(value: Any) -> bool:
     return False
 
 
-class _DuplicateKeyError(ValueError):
-    pass
-
-
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """object_pairs_hook: a repeated key is an error, not "the last one wins".
 
@@ -48,7 +44,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             if key in seen:
                 # ASCII-escaped and cut: the key is the client's, and goes back in a message.
                 name = json.dumps(key[:64])
-                raise _DuplicateKeyError(f"duplicate key {name} in an object")
+                raise ValueError(f"duplicate key {name} in an object")
             seen.add(key)
     return value
 

@@ -22,21 +22,8 @@ import numpy as np
 import torch
 
 from models import anchor_panels
-from models.numba_jit import avx512, compile_kernels
+from models.numba_jit import compile_kernels
 from models.spare_core import split_range
-
-# The AVX-512 kernel is quick enough that waking the spare core right after an encode (0.13 ms)
-# costs more than it saves unless the product has 48k cosines or reads 12 MB of panels or more
-# (Intel Xeon with AMX, a script encoding a pair before each call, two runs, load 0.2-1.0;
-# one thread against split, ms):
-#   int8 panels:     2 x 10k 0.32-0.35 / 0.45-0.47, 4 x 10k 0.52-0.57 / 0.61-0.64,
-#                    2 x 20k 0.62-0.73 / 0.67-0.75; 8 x 10k 1.16-1.21 / 0.86-0.92,
-#                    1 x 50k 1.65 / 1.18
-#   bfloat16 panels: 2 x 10k 0.49 / 0.56, 4 x 10k 0.62 / 0.64; 1 x 20k 0.99 / 0.94
-#   float32 panels:  1 x 5k 0.51 / 0.53, 4 x 5k 0.63 / 0.64; 2 x 10k 1.00 / 0.77
-# Elsewhere spare_core's threshold, measured with the AVX2 kernel, stands.
-_MIN_SPLIT_EIGHTS = 49_152
-_MIN_SPLIT_BYTES = 12 << 20
 
 
 def _row_dots_py(rows: np.ndarray, vector: np.ndarray, out: np.ndarray) -> None:
@@ -104,40 +91,25 @@ def anchor_cosines(
     ones at a quarter, and multiplied in float32, as their float32 values would be. With
     `split`, the spare core takes half of the anchors (models/spare_core.py): each core reads
     half of the matrix, where splitting the rows made both read all of it."""
-    out = panel_products(embeddings, anchors, split=split)
-    if out is not None:
+    rows_ready = embeddings.device.type == "cpu" and embeddings.dtype == torch.float32
+    if anchor_panels.available() and rows_ready and _panel_ready(anchors):
+        panels = anchor_panels.panels_of(anchors)  # built once per anchor matrix
+        m = anchors.shape[0]
+        out = np.empty((len(embeddings), m), dtype=np.float32)  # (n, m)
+        rows = np.ascontiguousarray(embeddings.detach().numpy())  # (n, dim)
+
+        def columns(start: int, stop: int) -> None:
+            anchor_panels.panel_cosines(rows, panels, out, start, stop)
+
+        if split:
+            split_range(columns, m, elements=out.size, align=anchor_panels.WIDTH)
+        else:
+            columns(0, m)
         return torch.from_numpy(out)
     embeddings, anchors = embeddings.detach(), anchors.detach()
     if anchors.dtype == torch.bfloat16:
         anchors = anchors.to(embeddings.dtype)  # a bfloat16 product would round the cosines
     return embeddings @ anchors.T  # (n, m)
-
-
-def panel_products(
-    embeddings: torch.Tensor, anchors: torch.Tensor, *, split: bool = False
-) -> np.ndarray | None:
-    """anchor_cosines as a new numpy array where the CPU kernel computes them, else None; with
-    AVX-512, `split` only where _MIN_SPLIT_EIGHTS says it pays. Callers that go on in numpy
-    (the rank sort) take this: right after an encode the conversions to torch and back cost
-    0.02-0.03 ms (Intel Xeon with AMX, a script, load 0.4)."""
-    rows_ready = embeddings.device.type == "cpu" and embeddings.dtype == torch.float32
-    if not (anchor_panels.available() and rows_ready and _panel_ready(anchors)):
-        return None
-    panels = anchor_panels.panels_of(anchors)  # built once per anchor matrix
-    m = anchors.shape[0]
-    out = np.empty((len(embeddings), m), dtype=np.float32)  # (n, m)
-    rows = np.ascontiguousarray(embeddings.detach().numpy())  # (n, dim)
-
-    def columns(start: int, stop: int) -> None:
-        anchor_panels.panel_cosines(rows, panels, out, start, stop)
-
-    if split and avx512():
-        split = out.size >= _MIN_SPLIT_EIGHTS or panels.values.nbytes >= _MIN_SPLIT_BYTES
-    if split:
-        split_range(columns, m, elements=out.size, align=anchor_panels.WIDTH)
-    else:
-        columns(0, m)
-    return out
 
 
 def row_dots(rows: torch.Tensor, vector: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import torch
 
-from models.cpu_products import anchor_cosines, panel_products
+from models.cpu_products import anchor_cosines
 from models.ordinal_ranks import ranks_into
 from models.spare_core import split_range
 
@@ -43,35 +43,25 @@ def _ranks_affine(
     With `split`, the spare core takes half of the anchors of the product and half of the rows
     of the sort (models/spare_core.py); neither changes a bit.
     """
-    cosines_cpu = panel_products(embeddings, anchors, split=split)  # (batch, m), no gradient
-    if cosines_cpu is not None:
-        return torch.from_numpy(_ranks_in_place(cosines_cpu, scale, shift, split=split))
-    cosines = anchor_cosines(embeddings, anchors)  # (batch, m)
+    cosines = anchor_cosines(embeddings, anchors, split=split)  # (batch, m), no gradient
     if cosines.device.type == "cpu":
+        # The ranks overwrite the cosines (a new matrix that nothing else holds): a second
+        # matrix of fresh pages cost 6-7 ms per 128 x 100k (AMD EPYC Zen 4, load 0.9).
         ranks = cosines.to(torch.float32).contiguous().numpy()  # (batch, m)
-        ranks = _ranks_in_place(ranks, scale, shift, split=split)
+
+        def rows(start: int, stop: int) -> None:
+            ranks_into(ranks[start:stop], ranks[start:stop], scale, shift)
+
+        if split:
+            split_range(rows, len(ranks), elements=ranks.size, min_elements=_MIN_SPLIT_RANKS)
+        else:
+            rows(0, len(ranks))
         return torch.from_numpy(ranks).to(cosines.dtype)
     order = torch.argsort(cosines, dim=1, stable=True)  # (batch, m)
     positions = torch.arange(cosines.shape[1], device=cosines.device, dtype=cosines.dtype)
     ranks = torch.empty_like(cosines)  # (batch, m)
     ranks.scatter_(1, order, (positions * scale + shift).expand_as(cosines))
     return ranks
-
-
-def _ranks_in_place(
-    cosines: np.ndarray, scale: float, shift: float, *, split: bool = False
-) -> np.ndarray:
-    """The mapped ranks of each row of `cosines` (batch, m), written over them: a second matrix
-    of fresh pages cost 6-7 ms per 128 x 100k (AMD EPYC Zen 4, load 0.9)."""
-
-    def rows(start: int, stop: int) -> None:
-        ranks_into(cosines[start:stop], cosines[start:stop], scale, shift)
-
-    if split:
-        split_range(rows, len(cosines), elements=cosines.size, min_elements=_MIN_SPLIT_RANKS)
-    else:
-        rows(0, len(cosines))
-    return cosines  # (batch, m)
 
 
 def warm_up() -> None:

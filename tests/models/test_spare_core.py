@@ -4,15 +4,13 @@ import os
 import signal
 import threading
 import time
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
 
-from models import anchor_panels, cpu_products, ranking, spare_core
+from models import ranking, spare_core
 from models.anchor_formats import FORMATS, hold
-from models.cpu_products import anchor_cosines
 from models.ranking import rank_vectors
 from models.spare_core import Pending, split_range
 
@@ -23,7 +21,6 @@ def test_rank_vectors_split_over_two_cores_equal_one_product(
     monkeypatch: pytest.MonkeyPatch, m: int, anchor_format: str
 ) -> None:
     monkeypatch.setattr(spare_core, "_MIN_SPLIT_ELEMENTS", 0)  # split even these small products
-    monkeypatch.setattr(cpu_products, "_MIN_SPLIT_EIGHTS", 0)  # with AVX-512 too
     monkeypatch.setattr(ranking, "_MIN_SPLIT_RANKS", 0)  # and their sorts
     rng = np.random.default_rng(3)
     anchors = torch.from_numpy(rng.standard_normal((m, 48), dtype=np.float32))
@@ -33,39 +30,6 @@ def test_rank_vectors_split_over_two_cores_equal_one_product(
         documents /= documents.norm(dim=1, keepdim=True)
         split = rank_vectors(documents, anchors, split=True)
         assert torch.equal(split, rank_vectors(documents, anchors))
-
-
-@pytest.mark.skipif(not anchor_panels.available(), reason="the panel kernel needs numba")
-def test_with_avx512_a_product_is_split_only_when_large_or_reading_many_bytes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    parts: list[tuple[int, int]] = []  # (start, stop) of each call of the kernel
-    kernel = anchor_panels.panel_cosines
-
-    def recorded(*args: Any, **options: Any) -> None:
-        parts.append(args[3:5])
-        kernel(*args, **options)
-
-    monkeypatch.setattr(anchor_panels, "panel_cosines", recorded)
-    rng = np.random.default_rng(5)
-    anchors = torch.from_numpy(rng.standard_normal((5000, 48), dtype=np.float32))  # 0.96 MB
-    rows = torch.from_numpy(rng.standard_normal((2, 48), dtype=np.float32))
-    expected = rows @ anchors.T  # (2, 5000)
-
-    def calls(eights: bool) -> int:
-        monkeypatch.setattr(cpu_products, "avx512", lambda: eights)
-        parts.clear()
-        torch.testing.assert_close(anchor_cosines(rows, anchors, split=True), expected)
-        assert sorted(parts)[0][0] == 0 and sorted(parts)[-1][1] == 5000
-        return len(parts)
-
-    assert calls(eights=False) == 2  # 10k cosines: over spare_core's threshold
-    assert calls(eights=True) == 1  # under 48k cosines and 12 MB of panels
-    monkeypatch.setattr(cpu_products, "_MIN_SPLIT_BYTES", 900_000)
-    assert calls(eights=True) == 2
-    monkeypatch.setattr(cpu_products, "_MIN_SPLIT_BYTES", 10**9)
-    monkeypatch.setattr(cpu_products, "_MIN_SPLIT_EIGHTS", 10_000)
-    assert calls(eights=True) == 2
 
 
 def test_a_split_range_runs_its_first_half_on_the_helper() -> None:

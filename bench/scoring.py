@@ -16,7 +16,8 @@ cost depends on M and the dimension, not on content; the shipped corpus has 11,9
 Nothing is allocated past --max-memory-mb (default 80 % of what is available at start): an M
 that does not fit is skipped, and said so. Fewer than 8 pairs get 8 / pairs times --repeat
 calls: their calls are short, and with 15 the ratio of one pair at M = 10k moved by up to 0.025
-between runs, with 121 by 0.007 (int8 anchors, Intel Xeon with AMX, load 0.6-1.3).
+between six runs, with 121 by up to 0.011 between five (int8 anchors, Intel Xeon with AMX, load
+0.0-1.5).
 
     python -m bench.scoring [--anchors 10000 100000] [--pairs 1 64] [--repeat 15]
                             [--max-memory-mb MB] [--parity-pairs 400]

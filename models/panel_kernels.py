@@ -277,7 +277,7 @@ def kernel() -> Callable[..., Any] | None:
     as_float32, carray = numba_intrinsics.as_float32, numba_intrinsics.carray
     stack_float32 = numba_intrinsics.stack_float32
     flags = {"contract"}
-    rows, scale = "float32[:, ::1]", "float32[::1]"
+    rows, scale, scales = "float32[:, ::1]", "float32[::1]", "float32[:, ::1]"
     _two_rows = compile_kernel(
         _two_rows_py,
         _signatures(f"void({rows}, {{anchors}}[:, ::1], {scale}, {rows}, int64, int64)"),
@@ -292,7 +292,8 @@ def kernel() -> Callable[..., Any] | None:
         for function in (_three_rows_py, _eight_rows_py)
     )
     # A pass across panels reads all of them and their scales (count, WIDTH).
-    passes = _signatures(f"void({rows}, {{anchors}}[:, :, ::1], {rows}, {rows}, int64, int64)")
+    panels = f"{{anchors}}[:, :, ::1], {scales}"
+    passes = _signatures(f"void({rows}, {panels}, {rows}, int64, int64)")
     _fours, _twos = (
         compile_kernel(_across(count, across), passes, fastmath=flags)
         for count, across in ((4, GROUP // 2), (2, GROUP))
@@ -307,9 +308,6 @@ def kernel() -> Callable[..., Any] | None:
     )
     return compile_kernel(
         _panel_cosines_py,
-        _signatures(
-            f"void({rows}, {{anchors}}[:, :, ::1], float32[:, ::1], {rows}, int64, int64, "
-            "boolean, boolean)"
-        ),
+        _signatures(f"void({rows}, {panels}, {rows}, int64, int64, boolean, boolean)"),
         fastmath=flags,
     )

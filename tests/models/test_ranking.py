@@ -117,6 +117,16 @@ def test_radix_ranks_keep_ties_in_column_order_like_scipy() -> None:
     assert np.array_equal(ordinal_ranks(values), expected)
 
 
+@pytest.mark.parametrize("m", [2**22, 2**22 + 1])
+def test_radix_ranks_rows_too_long_for_32_bit_items(m: int) -> None:
+    """Up to 2**22 columns the last pass packs the top digit and the column in 32 bits; past
+    that it keeps 64-bit items. Both give the ordinal ranks, ties included."""
+    values = np.random.default_rng(m).integers(-5000, 5000, (1, m)).astype(np.float32) / 4096
+    expected = np.empty(values.shape, dtype=np.float32)
+    expected[0, np.argsort(values[0], kind="stable")] = np.arange(m, dtype=np.float32)
+    assert np.array_equal(ordinal_ranks(values), expected)
+
+
 def test_radix_writes_the_affine_map_of_the_ranks() -> None:
     cosines = _cosine_rows(1, 4, 1000)
     scale, shift = normalisation(1000)

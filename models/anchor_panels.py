@@ -4,23 +4,26 @@ Rank vectors (Eq. 2) need the cosine of each input to every anchor, a (rows, dim
 product, and each output must have the same bits whatever else is in the batch
 (models/cpu_products.py says why); the kernel's sums see to that.
 
-The anchors are copied once into panels of 32 (m / 32 panels of (dim, 32), the last padded
-with zeros; bfloat16 anchors stay bfloat16, and anchors on the int8 grid of
-models/anchor_formats.py go in as int8 with each anchor's power of two beside them), so the
-kernel reads 32 anchors' values of one dimension at a time. The panels are built on first use
-of an anchor matrix (one pass over it) and kept while that tensor lives and is not modified in
-place: 7.7 MB for 10k bfloat16 anchors of 384 dimensions, 77 MB at 100k, half that on the int8
-grid, beside the matrix itself.
+The anchors are copied once into panels of 32 (m / 32 panels of (dim, 32), the last padded with
+zeros; bfloat16 anchors stay bfloat16, and anchors on the int8 grid of models/anchor_formats.py
+go in as int8 with each anchor's power of two beside them), so the kernel reads 32 anchors'
+values of one dimension at a time; on a CPU with AVX-512 VNNI, int8 anchors go in the layout of
+the integer product of models/vnni_products.py instead. The panels are built on first use of an
+anchor matrix (one pass over it) and kept while that tensor lives and is not modified in place:
+7.7 MB for 10k bfloat16 anchors of 384 dimensions, 77 MB at 100k, half that on the int8 grid,
+beside the matrix itself.
 """
 
+import functools
 import threading
 import weakref
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from models import panel_kernels
+from models import panel_kernels, vnni_products
 from models.anchor_formats import int8_grid
 from models.numba_jit import avx512
 from models.panel_kernels import WIDTH
@@ -36,7 +39,9 @@ WIDEN_ROWS = 16
 
 
 class Panels(NamedTuple):
-    values: np.ndarray  # (count, dim, WIDTH): float32, bfloat16's bits as uint16, or int8
+    # (count, dim, WIDTH): float32, bfloat16's bits as uint16, or int8; or, for int8 anchors
+    # on a CPU with VNNI, (count, dim / 4, WIDTH * 4) uint8 (models/vnni_products.py)
+    values: np.ndarray
     scales: np.ndarray  # (count, WIDTH) float32: each anchor's 2**e on the int8 grid, else 1
 
 
@@ -54,36 +59,52 @@ def panels_of(anchors: torch.Tensor) -> Panels:
         entry = _panels.get(key)
         if entry is not None and entry[0]() is anchors and entry[1] == version:
             return entry[2]
-        panels = _build(anchors)
+        panels = build_panels(anchors)
         _panels[key] = (weakref.ref(anchors, lambda _: _panels.pop(key, None)), version, panels)
         return panels
 
 
-def _build(anchors: torch.Tensor) -> Panels:
+def build_panels(anchors: torch.Tensor, *, bytes_for_vnni: bool | None = None) -> Panels:
     """Anchors on their int8 grid (models/anchor_formats.py) go in as int8, at half the bytes
-    of bfloat16. torch makes the copy: numpy's transposing copy took 339 ms for 100k bfloat16
-    anchors, torch's 47-55 (AMD EPYC Zen 4)."""
+    of bfloat16, and where the CPU has AVX-512 VNNI (`bytes_for_vnni`, by default) in the
+    layout of models/vnni_products.py, whose integer product is theirs there. torch makes the
+    copy: numpy's transposing copy took 339 ms for 100k bfloat16 anchors, torch's 47-55 (AMD
+    EPYC Zen 4)."""
     matrix = anchors.detach()
     m, dim = matrix.shape
-    scales = torch.ones(m)  # (m,)
+    count = -(-m // WIDTH)
+    padded_scales = torch.ones(count * WIDTH)  # (count * WIDTH,)
     grid = int8_grid(matrix)
     if grid is not None:
-        matrix, scales = grid
+        matrix, padded_scales[:m] = grid
+        if vnni_products.available() if bytes_for_vnni is None else bytes_for_vnni:
+            return Panels(vnni_products.lay_out(matrix), padded_scales.view(count, WIDTH).numpy())
     elif matrix.dtype == torch.bfloat16:
         matrix = matrix.view(torch.int16)  # the bits: numpy has no bfloat16
-    count = -(-m // WIDTH)
     padded = matrix.new_zeros((count * WIDTH, dim))  # (count * WIDTH, dim)
     padded[:m] = matrix
     values = padded.view(count, WIDTH, dim).transpose(1, 2).contiguous().numpy()
     if values.dtype == np.int16:
         values = values.view(np.uint16)
-    padded_scales = torch.ones(count * WIDTH)  # (count * WIDTH,)
-    padded_scales[:m] = scales
     return Panels(values, padded_scales.view(count, WIDTH).numpy())
 
 
 def available() -> bool:
     return panel_kernels.kernel() is not None
+
+
+def cosines_by_columns(
+    rows: np.ndarray, panels: Panels, out: np.ndarray
+) -> Callable[[int, int], None]:
+    """A function (start, stop) that sets out[:, start:stop] to the cosines of rows (r, dim)
+    float32 with those anchors (start a multiple of WIDTH), by the product that the panels'
+    layout is for; whatever is done once per call for the rows is done here."""
+    if panels.values.dtype == np.uint8:
+        digits = vnni_products.digits_of(rows, panels.values.shape[1])
+        return functools.partial(
+            vnni_products.integer_cosines, digits, panels.values, panels.scales, out
+        )
+    return functools.partial(panel_cosines, rows, panels, out)
 
 
 def panel_cosines(

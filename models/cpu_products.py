@@ -6,7 +6,7 @@ search results is exactly the slice of a longer search. torch's product does not
 (on this CPU its last bits change with the number of rows), and one flipped near-tie among 10k
 anchor cosines changes a rank vector.
 
-The anchor kernel (models/anchor_panels.py) and the dot kernels here run on one thread with the
+The anchor kernels (models/anchor_panels.py) and the dot kernels here run on one thread with the
 GIL released, so concurrent requests spread over the cores. Whether the anchor kernel beats
 torch's product (two threads) depends on the CPU and the number of rows: `python -m
 bench.ranks` prints both, and docs/benchmarks.md gives the figures per CPU. For a hundred rows
@@ -88,7 +88,8 @@ def anchor_cosines(
 ) -> torch.Tensor:
     """(n, m) float32 inner products of unit embeddings (n, dim) with anchors (m, dim), no
     gradient. bfloat16 anchors (RANKSERVE_ANCHOR_DTYPE) are read at half the bytes, and int8
-    ones at a quarter, and multiplied in float32, as their float32 values would be. With
+    ones at a quarter, and multiplied in float32, as their float32 values would be, or, on a
+    CPU with AVX-512 VNNI, int8 ones as integers (models/vnni_products.py). With
     `split`, the spare core takes half of the anchors (models/spare_core.py): each core reads
     half of the matrix, where splitting the rows made both read all of it."""
     rows_ready = embeddings.device.type == "cpu" and embeddings.dtype == torch.float32
@@ -98,9 +99,7 @@ def anchor_cosines(
         out = np.empty((len(embeddings), m), dtype=np.float32)  # (n, m)
         rows = np.ascontiguousarray(embeddings.detach().numpy())  # (n, dim)
 
-        def columns(start: int, stop: int) -> None:
-            anchor_panels.panel_cosines(rows, panels, out, start, stop)
-
+        columns = anchor_panels.cosines_by_columns(rows, panels, out)
         if split:
             split_range(columns, m, elements=out.size, align=anchor_panels.WIDTH)
         else:

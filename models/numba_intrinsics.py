@@ -1,5 +1,6 @@
-"""LLVM-level helpers for the anchor kernel (models/anchor_panels.py) that numba has no name
-for, and numba's carray beside them. Imported only where numba is installed.
+"""LLVM-level helpers for the anchor kernels (models/panel_kernels.py, models/vnni_products.py)
+that numba has no name for, and numba's carray beside them. Imported only where numba is
+installed.
 
 - `stack_float32(n)`: n float32 on the stack of the calling kernel. Accumulators there are
   local memory that nothing else can alias, so LLVM keeps them in vector registers across
@@ -13,15 +14,21 @@ for, and numba's carray beside them. Imported only where numba is installed.
   kernel serves every panel dtype.
   numba's own `<<` on a run-time amount tests the amount on every element: the anchor kernel
   ran at 0.54-0.86x the speed with it (one script, 11 to 128 rows at M = 10k).
+- `stack_int32(n)`: the same for int32 sums.
+- `dot_bytes(sums, at, panels, offset, word)`: AVX-512 VNNI's vpdpbusd on sixteen int32 sums
+  at sums[at:at + 16]: each adds the four products of the unsigned bytes at
+  panels' data + offset + 4 * lane with the four signed bytes of `word`. LLVM does not find
+  the instruction in a numba loop by itself; compiled only where the CPU has it.
 """
 
 from typing import Any
 
+from llvmlite import ir
 from numba import carray, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["as_float32", "carray", "stack_float32"]
+__all__ = ["as_float32", "carray", "dot_bytes", "stack_float32", "stack_int32"]
 
 
 @intrinsic
@@ -35,6 +42,46 @@ def stack_float32(typingctx: Any, count: Any) -> Any:
         return cgutils.alloca_once(builder, context.get_value_type(types.float32), size=size)
 
     return types.CPointer(types.float32)(count), codegen
+
+
+@intrinsic
+def stack_int32(typingctx: Any, count: Any) -> Any:
+    """A pointer to `count` (a literal int) int32 slots in the caller's stack frame."""
+    if not isinstance(count, types.IntegerLiteral):
+        return None
+    size = count.literal_value
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        return cgutils.alloca_once(builder, context.get_value_type(types.int32), size=size)
+
+    return types.CPointer(types.int32)(count), codegen
+
+
+@intrinsic
+def dot_bytes(typingctx: Any, sums: Any, at: Any, panels: Any, offset: Any, word: Any) -> Any:
+    """sums[at:at + 16] += per lane the dot product of 4 unsigned bytes of `panels` (an
+    array, read at byte `offset`) with the 4 signed bytes of the int32 `word`."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        sums_pointer, at_index, array, byte_offset, packed = args
+        lanes = ir.VectorType(ir.IntType(32), 16)
+        where = builder.bitcast(builder.gep(sums_pointer, [at_index]), lanes.as_pointer())
+        data = context.make_array(signature.args[2])(context, builder, array).data
+        bytes_at = builder.gep(builder.bitcast(data, ir.IntType(8).as_pointer()), [byte_offset])
+        values = builder.load(builder.bitcast(bytes_at, lanes.as_pointer()), align=1)
+        first = builder.insert_element(ir.Constant(lanes, None), packed, ir.IntType(32)(0))
+        spread = builder.shuffle_vector(
+            first, ir.Constant(lanes, None), ir.Constant(lanes, [0] * 16)
+        )
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(lanes, [lanes] * 3), "llvm.x86.avx512.vpdpbusd.512"
+        )
+        # The sums are int32 slots: aligned to 4 bytes, not to the vector's 64.
+        total = builder.call(function, [builder.load(where, align=4), values, spread])
+        builder.store(total, where, align=4)
+        return context.get_dummy_value()
+
+    return types.void(sums, at, panels, offset, word), codegen
 
 
 @intrinsic

@@ -38,6 +38,19 @@ def avx512() -> bool:
     return bool(binding.get_host_cpu_features().get("avx512f", False))
 
 
+@functools.cache
+def avx512_vnni() -> bool:
+    """Whether compiled kernels may use AVX-512 VNNI's byte dot products
+    (models/vnni_products.py), by the same rule as `avx512`."""
+    import numba
+    from llvmlite import binding
+
+    _wide_vectors()
+    if numba.config.CPU_FEATURES is not None:
+        return "+avx512vnni" in numba.config.CPU_FEATURES.split(",")
+    return bool(binding.get_host_cpu_features().get("avx512vnni", False))
+
+
 def compile_kernel(
     function: Callable[..., Any],
     signature: str | list[str],

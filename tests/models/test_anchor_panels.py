@@ -8,7 +8,14 @@ import torch
 
 from models import anchor_panels, numba_jit, panel_kernels
 from models.anchor_formats import hold, int8_grid
-from models.anchor_panels import WIDEN_ROWS, WIDTH, Panels, panel_cosines, panels_of
+from models.anchor_panels import (
+    WIDEN_ROWS,
+    WIDTH,
+    Panels,
+    build_panels,
+    panel_cosines,
+    panels_of,
+)
 from models.cpu_products import anchor_cosines, prepare_anchors
 
 pytestmark = pytest.mark.skipif(not anchor_panels.available(), reason="needs numba")
@@ -97,7 +104,7 @@ def test_anchors_on_the_int8_grid_are_read_at_a_byte_a_value_with_the_same_bits(
     rng = np.random.default_rng(5)
     held = hold(unit_rows(rng, 167, 48), "int8")  # (167, 48) bfloat16 on the grid: 6 panels
     rows = unit_rows(rng, 11, 48)
-    panels = panels_of(held)
+    panels = build_panels(held, bytes_for_vnni=False)  # on a CPU with VNNI, not panels_of's
     assert panels.values.dtype == np.int8
     q, scales = int8_grid(held)  # type: ignore[misc]
     assert np.array_equal(panels.values[1, :, 3], q[WIDTH + 3].numpy())
@@ -121,7 +128,7 @@ def test_anchors_on_the_int8_grid_are_read_at_a_byte_a_value_with_the_same_bits(
     )
 
 
-def test_rows_go_by_eights_only_where_the_compiled_code_has_avx512(
+def test_rows_go_by_eights_and_bytes_by_vnni_only_where_the_compiled_code_has_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The grouping follows the features numba compiles for, a user's NUMBA_CPU_FEATURES
@@ -129,18 +136,26 @@ def test_rows_go_by_eights_only_where_the_compiled_code_has_avx512(
     import numba
     from llvmlite import binding
 
-    host = bool(binding.get_host_cpu_features().get("avx512f", False))
-    numba_jit.avx512.cache_clear()
+    features = binding.get_host_cpu_features()
+    checks = (numba_jit.avx512, numba_jit.avx512_vnni)
+    for check in checks:
+        check.cache_clear()
     try:
-        assert numba_jit.avx512() is host
-        numba_jit.avx512.cache_clear()
+        assert numba_jit.avx512() is bool(features.get("avx512f", False))
+        assert numba_jit.avx512_vnni() is bool(features.get("avx512vnni", False))
+        for check in checks:
+            check.cache_clear()
         monkeypatch.setattr(numba.config, "CPU_FEATURES", "+avx2,+fma,-avx512f")
-        assert numba_jit.avx512() is False
-        numba_jit.avx512.cache_clear()
-        monkeypatch.setattr(numba.config, "CPU_FEATURES", "+avx2,+avx512f,-prefer-256-bit")
-        assert numba_jit.avx512() is True
+        assert numba_jit.avx512() is False and numba_jit.avx512_vnni() is False
+        for check in checks:
+            check.cache_clear()
+        monkeypatch.setattr(
+            numba.config, "CPU_FEATURES", "+avx2,+avx512f,+avx512vnni,-prefer-256-bit"
+        )
+        assert numba_jit.avx512() is True and numba_jit.avx512_vnni() is True
     finally:
-        numba_jit.avx512.cache_clear()
+        for check in checks:
+            check.cache_clear()
 
 
 @pytest.mark.parametrize(
@@ -158,7 +173,8 @@ def test_narrow_panels_are_widened_once_for_many_rows_by_threes(
 ) -> None:
     rng = np.random.default_rng(6)
     anchors = unit_rows(rng, 40, 16)
-    panels = panels_of(anchors if dtype == "float32" else hold(anchors, dtype))
+    matrix = anchors if dtype == "float32" else hold(anchors, dtype)
+    panels = build_panels(matrix, bytes_for_vnni=False)
     calls: list[bool] = []
     monkeypatch.setattr(panel_kernels, "kernel", lambda: lambda *args: calls.append(args[-1]))
     out = np.empty((count, 40), np.float32)

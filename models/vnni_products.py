@@ -1,0 +1,240 @@
+"""Anchor cosines as exact integer sums on AVX-512 VNNI: the CPU product for int8 anchors there.
+
+Anchors on the int8 grid (models/anchor_formats.py) are integers q (|q| <= 127) times a power
+of two 2**e each. Here every input row is put on a grid too, X = round(x * 2**s) with s the
+largest shift that keeps |X| <= 2**14 (15 bits below the power of two over the row's largest
+value), and X is cut into two signed bytes, X = 256 * high + low. Then x . a = 2**(e - s) *
+(256 * high . q + low . q): each digit's product with q is a sum of byte products, which
+vpdpbusd adds four at a time into int32 lanes, exactly; the two sums are joined in int64,
+scaled in float64 (powers of two: exact) and rounded to float32 once. Integer sums are exact
+in any order, so a row's cosines cannot depend on the rows beside it, on how the passes group
+them, or on where the anchors are split between cores (models/cpu_products.py says why that
+matters).
+
+Rounding the input costs accuracy, far less than the grid itself: cosines within 2.3e-5 of the
+float64 product with the same anchors (the float kernel of models/panel_kernels.py: within
+3e-7), where the grid moves them by up to 2.4e-3 to 4.1e-3 from those of the float32 anchors
+(unit rows of 384 dimensions, 1 to 128 rows at M = 10k and 100k). Against the float kernel on
+the same int8 anchors, split between both cores as a replica does, the product ran 1.00-1.14x
+as fast for one or two rows (memory-bound; 0.94-1.05x for two on one core), 1.17-1.36x for
+three, 1.24-2.07x for 11 (what an exact search verifies), 1.34-1.54x for 64 and 128 (Intel Xeon
+with AMX, a script alternating the two, load 0.6-1.0; docs/benchmarks.md, seventy-fourth
+session). A third digit would make the sums as close as the float kernel's, but that CPU runs
+vpdpbusd on one port against two for fused multiply-adds, and three digits ran 128 rows at M =
+10k only 1.18x as fast as the float kernel on one core, where two ran 1.69x.
+
+vpdpbusd multiplies unsigned bytes by signed ones, so the panels hold q + 128 and each digit's
+sum takes back 128 times the sum of its digits. A panel holds WIDTH anchors as (dim / 4,
+WIDTH * 4) bytes, four dimensions of one anchor in each 32-bit lane.
+"""
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from models.numba_jit import avx512_vnni, compile_kernel
+from models.panel_kernels import WIDTH
+
+DIGITS = 2  # signed bytes per input value: 15 bits
+SHIFT_BITS = 14  # |X| <= 2**14, so high = (X - low) / 256 stays within a signed byte
+# Rows per pass: each takes DIGITS x 2 vectors of 16 sums per panel, and 24 of AVX-512's 32
+# registers hold the sums: six rows by panel, three across two panels, two across three, one
+# across six; GROUP panels, the widest pass, at a time.
+SIXES, GROUP = 6, 6
+
+# Bound by _kernels(): numba resolves what a kernel calls among the module's globals when it
+# compiles the kernel, and numba is imported only then (models/numba_jit.py).
+_sixes: Any = None
+_threes: Any = None
+_twos: Any = None
+_ones: Any = None
+dot_bytes: Any = None
+stack_int32: Any = None
+
+
+class Digits(NamedTuple):
+    """Input rows on their grid, made once per call and read by every split of the anchors."""
+
+    words: np.ndarray  # (rows, DIGITS, dim / 4) int32: four signed bytes, high digit first
+    corrections: np.ndarray  # (rows, DIGITS) int32: 128 times each digit's sum
+    factors: np.ndarray  # (rows,) float64: 2**-s, or NaN for a row that is not finite
+
+
+def lay_out(q: torch.Tensor) -> np.ndarray:
+    """Panels (count, groups, WIDTH * 4) uint8 of int8 anchors q (m, dim): q + 128, anchors
+    past m and dimensions past dim padded with q = 0. torch makes the transposing copy
+    (models/anchor_panels.py)."""
+    m, dim = q.shape
+    count, groups = -(-m // WIDTH), -(-dim // 4)
+    padded = torch.full((count * WIDTH, groups * 4), 128, dtype=torch.uint8)  # (count W, 4 g)
+    padded[:m, :dim] = (q.to(torch.int16) + 128).to(torch.uint8)
+    lanes = padded.view(count, WIDTH, groups, 4).transpose(1, 2)  # (count, groups, WIDTH, 4)
+    return lanes.contiguous().view(count, groups, WIDTH * 4).numpy()
+
+
+def _digits_py(
+    rows: np.ndarray, digits: np.ndarray, fixes: np.ndarray, factors: np.ndarray
+) -> None:
+    """rows (n, dim) float32 into digits (n, DIGITS, 4 g) int8 (zeros past dim), corrections
+    (n, DIGITS) int32 and factors (n,) float64."""
+    count, dim = rows.shape
+    for i in range(count):
+        largest, finite = 0.0, True
+        for k in range(dim):
+            size = abs(np.float64(rows[i, k]))
+            largest = max(largest, size)
+            finite = finite and math.isfinite(size)  # max() passes over a NaN
+        if not finite:
+            factors[i] = math.nan
+            fixes[i, 0] = fixes[i, 1] = 0
+            continue
+        # largest < 2**exponent; an all-zero row keeps shift 0 and zero digits.
+        exponent = math.frexp(largest)[1] if largest > 0 else SHIFT_BITS
+        shift = SHIFT_BITS - exponent
+        unit = math.ldexp(1.0, shift)
+        high_sum = low_sum = 0
+        for k in range(dim):
+            value = np.int64(np.rint(np.float64(rows[i, k]) * unit))  # |value| <= 2**14
+            low = ((value + 128) & 255) - 128
+            high = (value - low) >> 8
+            digits[i, 0, k], digits[i, 1, k] = high, low
+            high_sum += high
+            low_sum += low
+        fixes[i, 0], fixes[i, 1] = 128 * high_sum, 128 * low_sum
+        factors[i] = math.ldexp(1.0, -shift)
+
+
+def _across(rows_per_pass: int, panels_per_pass: int) -> Callable[..., None]:
+    """A pass of `rows_per_pass` rows across `panels_per_pass` panels; numba takes both as
+    constants, so its loops over them unroll and the sums stay in registers."""
+    size = rows_per_pass * DIGITS * panels_per_pass * WIDTH
+
+    def run(
+        words: np.ndarray,
+        fixes: np.ndarray,
+        factors: np.ndarray,
+        panels: np.ndarray,
+        scales: np.ndarray,
+        out: np.ndarray,
+        panel: int,
+        stop: int,
+        row: int,
+    ) -> None:
+        """out[row:row + R, the columns of panels panel to panel + P, short of panel stop];
+        rows past the last repeat it (their outputs are written twice, alike)."""
+        count, groups = words.shape[0], panels.shape[1]
+        sums = stack_int32(size)
+        for i in range(size):
+            sums[i] = 0
+        for g in range(groups):
+            for p in range(panels_per_pass):
+                offset = np.int64((min(panel + p, stop - 1) * groups + g) * 4 * WIDTH)
+                for r in range(rows_per_pass):
+                    i = min(row + r, count - 1)
+                    for d in range(DIGITS):
+                        at = ((r * DIGITS + d) * panels_per_pass + p) * WIDTH
+                        dot_bytes(sums, at, panels, offset, words[i, d, g])
+                        dot_bytes(sums, at + 16, panels, offset + 4 * 16, words[i, d, g])
+        for r in range(rows_per_pass):
+            i = min(row + r, count - 1)
+            for p in range(panels_per_pass):
+                for lane in range(WIDTH):
+                    column = (panel + p) * WIDTH + lane
+                    if panel + p < stop and column < out.shape[1]:
+                        at = (r * DIGITS * panels_per_pass + p) * WIDTH + lane
+                        high = np.int64(sums[at] - fixes[i, 0])
+                        low = np.int64(sums[at + panels_per_pass * WIDTH] - fixes[i, 1])
+                        exact = np.float64(high * 256 + low)  # below 2**53: exact
+                        factor = factors[i] * np.float64(scales[panel + p, lane])
+                        out[i, column] = np.float32(exact * factor)
+
+    return run
+
+
+def _cosines_py(
+    words: np.ndarray,
+    fixes: np.ndarray,
+    factors: np.ndarray,
+    panels: np.ndarray,
+    scales: np.ndarray,
+    out: np.ndarray,
+    start: int,
+    stop: int,
+) -> None:
+    """out[:, the columns of panels start to stop] from the rows' digits, GROUP panels at a
+    time: by sixes per panel, then the rows left by threes across two panels, by twos across
+    three, a last one across six, while the group's panels are still in the caches."""
+    count = words.shape[0]
+    whole = count - count % SIXES
+    for first in range(start, stop, GROUP):
+        end = min(first + GROUP, stop)
+        for panel in range(first, end):
+            for row in range(0, whole, SIXES):
+                _sixes(words, fixes, factors, panels, scales, out, panel, end, row)
+        row = whole
+        while count - row >= 3:
+            for panel in range(first, end, 2):
+                _threes(words, fixes, factors, panels, scales, out, panel, end, row)
+            row += 3
+        if count - row == 2:
+            for panel in range(first, end, 3):
+                _twos(words, fixes, factors, panels, scales, out, panel, end, row)
+        elif count - row == 1:
+            _ones(words, fixes, factors, panels, scales, out, first, end, row)
+
+
+@functools.cache
+def _kernels() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    """(digits, cosines) compiled, or None without numba or without VNNI in the code numba
+    compiles (LLVM cannot emit vpdpbusd elsewhere)."""
+    global _sixes, _threes, _twos, _ones, dot_bytes, stack_int32
+    try:
+        from models import numba_intrinsics
+    except ImportError:
+        return None
+    if not avx512_vnni():
+        return None
+    dot_bytes, stack_int32 = numba_intrinsics.dot_bytes, numba_intrinsics.stack_int32
+    digits = compile_kernel(
+        _digits_py, "void(float32[:, ::1], int8[:, :, ::1], int32[:, ::1], float64[::1])"
+    )
+    arguments = "int32[:, :, ::1], int32[:, ::1], float64[::1], uint8[:, :, ::1], float32[:, ::1]"
+    signature = f"void({arguments}, float32[:, ::1], int64, int64, int64)"
+    _sixes, _threes, _twos, _ones = (
+        compile_kernel(_across(rows, GROUP // rows if rows < SIXES else 1), signature)
+        for rows in (SIXES, 3, 2, 1)
+    )
+    cosines = compile_kernel(_cosines_py, f"void({arguments}, float32[:, ::1], int64, int64)")
+    assert digits is not None and cosines is not None
+    return digits, cosines
+
+
+def available() -> bool:
+    return _kernels() is not None
+
+
+def digits_of(rows: np.ndarray, groups: int) -> Digits:
+    """Rows (n, dim) float32 on their grid, for panels of `groups` (dim / 4, rounded up)."""
+    kernels = _kernels()
+    assert kernels is not None, "digits_of needs numba and AVX-512 VNNI"
+    count = rows.shape[0]
+    digits = np.zeros((count, DIGITS, groups * 4), dtype=np.int8)  # (n, DIGITS, 4 g)
+    fixes = np.empty((count, DIGITS), dtype=np.int32)
+    factors = np.empty(count, dtype=np.float64)
+    kernels[0](rows, digits, fixes, factors)
+    return Digits(digits.view(np.int32), fixes, factors)
+
+
+def integer_cosines(
+    digits: Digits, panels: np.ndarray, scales: np.ndarray, out: np.ndarray, start: int, stop: int
+) -> None:
+    """out[:, start:stop] = the rows of `digits` . the anchors of lay_out's panels times their
+    scales (count, WIDTH); `start` a multiple of WIDTH."""
+    kernels = _kernels()
+    assert kernels is not None, "integer_cosines needs numba and AVX-512 VNNI"
+    first, end = start // WIDTH, -(-stop // WIDTH)
+    kernels[1](*digits, panels, scales, out, first, end)

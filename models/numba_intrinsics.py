@@ -31,30 +31,33 @@ from numba.extending import intrinsic
 __all__ = ["as_float32", "carray", "dot_bytes", "stack_float32", "stack_int32"]
 
 
+def _stack_slots(element: Any) -> Any:
+    """The typing of stack_float32 and stack_int32: `count` (a literal int) slots of
+    `element` in the caller's stack frame, and a pointer to them."""
+
+    def typing(typingctx: Any, count: Any) -> Any:
+        if not isinstance(count, types.IntegerLiteral):
+            return None
+        size = count.literal_value
+
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            return cgutils.alloca_once(builder, context.get_value_type(element), size=size)
+
+        return types.CPointer(element)(count), codegen
+
+    return typing
+
+
 @intrinsic
 def stack_float32(typingctx: Any, count: Any) -> Any:
     """A pointer to `count` (a literal int) float32 slots in the caller's stack frame."""
-    if not isinstance(count, types.IntegerLiteral):
-        return None
-    size = count.literal_value
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return cgutils.alloca_once(builder, context.get_value_type(types.float32), size=size)
-
-    return types.CPointer(types.float32)(count), codegen
+    return _stack_slots(types.float32)(typingctx, count)
 
 
 @intrinsic
 def stack_int32(typingctx: Any, count: Any) -> Any:
     """A pointer to `count` (a literal int) int32 slots in the caller's stack frame."""
-    if not isinstance(count, types.IntegerLiteral):
-        return None
-    size = count.literal_value
-
-    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        return cgutils.alloca_once(builder, context.get_value_type(types.int32), size=size)
-
-    return types.CPointer(types.int32)(count), codegen
+    return _stack_slots(types.int32)(typingctx, count)
 
 
 @intrinsic

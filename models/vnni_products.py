@@ -15,13 +15,13 @@ Rounding the input costs accuracy, far less than the grid itself: cosines within
 float64 product with the same anchors (the float kernel of models/panel_kernels.py: within
 3e-7), where the grid moves them by up to 2.4e-3 to 4.1e-3 from those of the float32 anchors
 (unit rows of 384 dimensions, 1 to 128 rows at M = 10k and 100k). Against the float kernel on
-the same int8 anchors, split between both cores as a replica does, the product ran 1.00-1.14x
-as fast for one or two rows (memory-bound; 0.94-1.05x for two on one core), 1.17-1.36x for
-three, 1.24-2.07x for 11 (what an exact search verifies), 1.34-1.54x for 64 and 128 (Intel Xeon
-with AMX, a script alternating the two, load 0.6-1.0; docs/benchmarks.md, seventy-fourth
-session). A third digit would make the sums as close as the float kernel's, but that CPU runs
-vpdpbusd on one port against two for fused multiply-adds, and three digits ran 128 rows at M =
-10k only 1.18x as fast as the float kernel on one core, where two ran 1.69x.
+the same int8 anchors, split between both cores as a replica does, the product ran 1.00-1.17x
+as fast for one or two rows (memory-bound; 0.94-1.05x for two on one core), 1.17-1.42x for
+three, 1.24-2.07x for 11 (what an exact search verifies), 1.31-1.68x for 64 and 128 (Intel Xeon
+with AMX, a script alternating the two, load 0.6-1.2, two runs; docs/benchmarks.md,
+seventy-fourth session). A third digit would make the sums as close as the float kernel's, but
+that CPU runs vpdpbusd on one port against two for fused multiply-adds, and three digits ran
+128 rows at M = 10k only 1.18x as fast as the float kernel on one core, where two ran 1.69x.
 
 vpdpbusd multiplies unsigned bytes by signed ones, so the panels hold q + 128 and each digit's
 sum takes back 128 times the sum of its digits. A panel holds WIDTH anchors as (dim / 4,

@@ -76,8 +76,11 @@ def build_panels(anchors: torch.Tensor, *, bytes_for_vnni: bool | None = None) -
     padded_scales = torch.ones(count * WIDTH)  # (count * WIDTH,)
     grid = int8_grid(matrix)
     if grid is not None:
-        matrix, padded_scales[:m] = grid
-        if vnni_products.available() if bytes_for_vnni is None else bytes_for_vnni:
+        matrix, scales = grid
+        padded_scales[:m] = scales
+        if bytes_for_vnni is None:
+            bytes_for_vnni = vnni_products.available()
+        if bytes_for_vnni:
             return Panels(vnni_products.lay_out(matrix), padded_scales.view(count, WIDTH).numpy())
     elif matrix.dtype == torch.bfloat16:
         matrix = matrix.view(torch.int16)  # the bits: numpy has no bfloat16

@@ -38,10 +38,11 @@ def _radix_ranks_into(values: np.ndarray, out: np.ndarray, scale: float, shift: 
     digit's pass keeps only what the last needs, the top digit and the column, in a uint32
     where they fit (m up to 2**22), so the last pass reads half the bytes and a row's buffers
     fit a 2 MB L2 at M = 100k: 1.10-1.15x as fast as uint64 items in every pass, from 1 x 10k
-    to 128 x 100k ranked in place, the same ranks (Intel Xeon with AMX, a script alternating
-    the two, load 0.4-0.6). Keeping the first pass's keys rather than making them again was
-    slower, and so were digits of 8 bits (four passes). Every pass runs, even for a digit that
-    all keys share: the middle one must narrow the items, and rows of cosines share none.
+    to 128 x 100k ranked in place, as models/ranking.py ranks, the same ranks (Intel Xeon with
+    AMX, a script alternating the two, load 0.4-0.6; into a second matrix 1.07-1.16x, but 0.97x
+    at 128 x 100k). Keeping the first pass's keys rather than making them again was slower, and
+    so were digits of 8 bits (four passes). Every pass runs, even for a digit that all keys
+    share: the middle one must narrow the items, and rows of cosines share none.
     """
     rows, m = values.shape
     column_bits = 1

@@ -77,7 +77,7 @@ def lay_out(q: torch.Tensor) -> np.ndarray:
 
 
 def _digits_py(
-    rows: np.ndarray, digits: np.ndarray, fixes: np.ndarray, factors: np.ndarray
+    rows: np.ndarray, digits: np.ndarray, corrections: np.ndarray, factors: np.ndarray
 ) -> None:
     """rows (n, dim) float32 into digits (n, DIGITS, 4 g) int8 (zeros past dim), corrections
     (n, DIGITS) int32 and factors (n,) float64."""
@@ -90,7 +90,7 @@ def _digits_py(
             finite = finite and math.isfinite(size)  # max() passes over a NaN
         if not finite:
             factors[i] = math.nan
-            fixes[i, 0] = fixes[i, 1] = 0
+            corrections[i, 0] = corrections[i, 1] = 0
             continue
         # largest < 2**exponent; an all-zero row keeps shift 0 and zero digits.
         exponent = math.frexp(largest)[1] if largest > 0 else SHIFT_BITS
@@ -104,7 +104,7 @@ def _digits_py(
             digits[i, 0, k], digits[i, 1, k] = high, low
             high_sum += high
             low_sum += low
-        fixes[i, 0], fixes[i, 1] = 128 * high_sum, 128 * low_sum
+        corrections[i, 0], corrections[i, 1] = 128 * high_sum, 128 * low_sum
         factors[i] = math.ldexp(1.0, -shift)
 
 
@@ -115,7 +115,7 @@ def _across(rows_per_pass: int, panels_per_pass: int) -> Callable[..., None]:
 
     def run(
         words: np.ndarray,
-        fixes: np.ndarray,
+        corrections: np.ndarray,
         factors: np.ndarray,
         panels: np.ndarray,
         scales: np.ndarray,
@@ -146,8 +146,8 @@ def _across(rows_per_pass: int, panels_per_pass: int) -> Callable[..., None]:
                     column = (panel + p) * WIDTH + lane
                     if panel + p < stop and column < out.shape[1]:
                         at = (r * DIGITS * panels_per_pass + p) * WIDTH + lane
-                        high = np.int64(sums[at] - fixes[i, 0])
-                        low = np.int64(sums[at + panels_per_pass * WIDTH] - fixes[i, 1])
+                        high = np.int64(sums[at] - corrections[i, 0])
+                        low = np.int64(sums[at + panels_per_pass * WIDTH] - corrections[i, 1])
                         exact = np.float64(high * 256 + low)  # below 2**53: exact
                         factor = factors[i] * np.float64(scales[panel + p, lane])
                         out[i, column] = np.float32(exact * factor)
@@ -157,7 +157,7 @@ def _across(rows_per_pass: int, panels_per_pass: int) -> Callable[..., None]:
 
 def _cosines_py(
     words: np.ndarray,
-    fixes: np.ndarray,
+    corrections: np.ndarray,
     factors: np.ndarray,
     panels: np.ndarray,
     scales: np.ndarray,
@@ -174,17 +174,17 @@ def _cosines_py(
         end = min(first + GROUP, stop)
         for panel in range(first, end):
             for row in range(0, whole, SIXES):
-                _sixes(words, fixes, factors, panels, scales, out, panel, end, row)
+                _sixes(words, corrections, factors, panels, scales, out, panel, end, row)
         row = whole
         while count - row >= 3:
             for panel in range(first, end, 2):
-                _threes(words, fixes, factors, panels, scales, out, panel, end, row)
+                _threes(words, corrections, factors, panels, scales, out, panel, end, row)
             row += 3
         if count - row == 2:
             for panel in range(first, end, 3):
-                _twos(words, fixes, factors, panels, scales, out, panel, end, row)
+                _twos(words, corrections, factors, panels, scales, out, panel, end, row)
         elif count - row == 1:
-            _ones(words, fixes, factors, panels, scales, out, first, end, row)
+            _ones(words, corrections, factors, panels, scales, out, first, end, row)
 
 
 @functools.cache
@@ -223,10 +223,10 @@ def digits_of(rows: np.ndarray, groups: int) -> Digits:
     assert kernels is not None, "digits_of needs numba and AVX-512 VNNI"
     count = rows.shape[0]
     digits = np.zeros((count, DIGITS, groups * 4), dtype=np.int8)  # (n, DIGITS, 4 g)
-    fixes = np.empty((count, DIGITS), dtype=np.int32)
+    corrections = np.empty((count, DIGITS), dtype=np.int32)
     factors = np.empty(count, dtype=np.float64)
-    kernels[0](rows, digits, fixes, factors)
-    return Digits(digits.view(np.int32), fixes, factors)
+    kernels[0](rows, digits, corrections, factors)
+    return Digits(digits.view(np.int32), corrections, factors)
 
 
 def integer_cosines(

@@ -74,12 +74,46 @@ def test_a_started_task_is_awaited_and_its_result_returned() -> None:
     assert pending.result().startswith("spare-core")
 
 
+@pytest.mark.skipif(
+    not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+    reason="needs two CPUs and Linux's CPU affinity",
+)
+def test_the_helper_runs_on_another_cpu_than_its_caller() -> None:
+    allowed = os.sched_getaffinity(0)
+
+    def helper_cpu() -> int:
+        started = threading.Event()
+
+        def where() -> int:
+            started.set()
+            return spare_core._current_cpu()
+
+        pending = Pending(where)
+        assert started.wait(timeout=10)  # so the helper, not this thread, answers
+        return pending.result()
+
+    try:
+        for cpu in sorted(allowed)[:2]:
+            os.sched_setaffinity(0, {cpu})  # this thread only, on Linux
+            assert helper_cpu() != cpu
+            assert os.sched_getaffinity(spare_core._helper().thread_id) == allowed - {cpu}
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
 def test_a_forked_child_gets_a_helper_of_its_own() -> None:
     Pending(lambda: None).result()  # the parent's helper thread exists now
     read, write = os.pipe()
     child = os.fork()
     if child == 0:  # the child: its answer comes from a helper thread it started itself
-        name = Pending(lambda: threading.current_thread().name)
+        started = threading.Event()
+
+        def work() -> str:
+            started.set()
+            return threading.current_thread().name
+
+        name = Pending(work)
+        started.wait(timeout=10)
         os.write(write, name.result().encode())
         os._exit(0)
     os.close(write)

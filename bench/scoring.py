@@ -17,10 +17,11 @@ Nothing is allocated past --max-memory-mb (default 80 % of what is available at 
 that does not fit is skipped, and said so. Fewer than 8 pairs get 8 / pairs times --repeat
 calls: their calls are short, and with 15 the ratio of one pair at M = 10k moved by up to 0.025
 between six runs, with 121 by up to 0.011 between five (int8 anchors, Intel Xeon with AMX, load
-0.0-1.5).
+0.0-1.5). --pause-ms idles before each call, as a replica between sparse requests does, where
+the calls otherwise follow each other as under steady traffic.
 
     python -m bench.scoring [--anchors 10000 100000] [--pairs 1 64] [--repeat 15]
-                            [--max-memory-mb MB] [--parity-pairs 400]
+                            [--max-memory-mb MB] [--parity-pairs 400] [--pause-ms 0]
 """
 
 import argparse
@@ -69,6 +70,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--max-memory-mb", type=float, default=None)
     parser.add_argument("--parity-pairs", type=int, default=400)
+    parser.add_argument("--pause-ms", type=float, default=0.0)
     args = parser.parse_args()
     budget = Budget.from_option(args.max_memory_mb)
     warm_up()
@@ -77,7 +79,8 @@ def main() -> None:
         f"load average at start: {os.getloadavg()}, {os.cpu_count()} CPUs, "
         f"{torch.get_num_threads()} torch threads, {encoder.name} on {encoder.device}, "
         f"rank kernel: {method()}, memory budget {budget.max_mb:,.0f} MB, "
-        f"{args.repeat} calls each (x 8 / pairs below 8 pairs)",
+        f"{args.repeat} calls each (x 8 / pairs below 8 pairs), "
+        f"{args.pause_ms} ms idle before each",
         flush=True,
     )
     anchor_parity(encoder, args.parity_pairs)
@@ -99,12 +102,15 @@ def main() -> None:
         matrix = (matrix / matrix.norm(dim=1, keepdim=True)).to(encoder.device)  # (m, dim)
         anchors = AnchorSet([], matrix, f"random-{m}", encoder.checksum)
         for n in args.pairs:
-            measure(encoder, anchors, sentences, n, args.repeat * max(1, 8 // n))
+            repeat = args.repeat * max(1, 8 // n)
+            measure(encoder, anchors, sentences, n, repeat, args.pause_ms)
         del anchors, matrix
     print(f"load average at end: {os.getloadavg()}", flush=True)
 
 
-def measure(encoder, anchors: AnchorSet, sentences: list[str], n: int, repeat: int) -> None:
+def measure(
+    encoder, anchors: AnchorSet, sentences: list[str], n: int, repeat: int, pause_ms: float
+) -> None:
     pairs = list(zip(sentences[:n], sentences[n : 2 * n], strict=True))
     unique, left, right = distinct_texts(pairs)
     index = {"dtype": torch.long, "device": encoder.device}
@@ -128,7 +134,7 @@ def measure(encoder, anchors: AnchorSet, sentences: list[str], n: int, repeat: i
         prepare_anchors(held.embeddings)
         paths[f"eq7 {name}"] = functools.partial(eq7, held)
         paths[f"rank {name}"] = functools.partial(rank_part, held)
-    samples = interleaved_ms(paths, repeat=repeat)
+    samples = interleaved_ms(paths, repeat=repeat, pause_ms=pause_ms)
     c50 = percentile(samples["cosine"], 50)
     cells = [f"{anchors.count:,}", n, f"{c50:.2f}", f"{percentile(samples['cosine'], 90):.2f}"]
     for name in FORMATS:

@@ -26,17 +26,19 @@ def percentile(samples: list[float], q: float) -> float:
 
 
 def interleaved_ms(
-    fns: dict[str, Callable[[], object]], *, repeat: int, warmup: int = 2
+    fns: dict[str, Callable[[], object]], *, repeat: int, warmup: int = 2, pause_ms: float = 0.0
 ) -> dict[str, list[float]]:
     """Milliseconds per call of each fn, the fns called in turn `repeat` times (after `warmup`
     untimed rounds): a change of machine load during the run hits every fn alike, so their
-    ratios stay meaningful on a shared machine."""
+    ratios stay meaningful on a shared machine. `pause_ms`: idle before each timed call, as a
+    replica between sparse requests is."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(repeat):
         for name, fn in fns.items():
+            time.sleep(pause_ms / 1e3)
             start = time.perf_counter()
             fn()
             samples[name].append((time.perf_counter() - start) * 1e3)

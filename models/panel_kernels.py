@@ -22,6 +22,14 @@ Widening a panel to float32 once, rather than for each group of rows, is the cal
 (models/anchor_panels.py's WIDEN_ROWS). Each sum rounds at every step where a sum over vector
 lanes rounds fewer times (largest error against float64 4e-6 here, 6e-7 there), far below the
 bfloat16 rounding of the anchors themselves (4e-3 relative).
+
+Each panel's first pass reads it ahead (models/numba_intrinsics.py's read_ahead). With 10 ms idle
+before each call, on one core at M = 10k, bfloat16 panels by eights took one or two rows
+1.10-1.15x as fast as without, three 1.32-1.35x, eleven 1.41-1.45x, 64 1.09-1.12x (at 100k one
+or two 1.06x, eleven 1.39x); by threes, as AVX2 runs them, one to three rows 1.34-1.41x, eleven
+1.21-1.24x; float32 panels 1.03-1.05x for one or two rows, 1.35x for eleven; int8 ones 1.06-1.08x
+and 1.58-1.65x. Back to back, the matrix in the caches, 0.95-1.06x (Intel Xeon with AMX, a
+script alternating both, load 0.4-0.5).
 """
 
 import functools
@@ -46,6 +54,7 @@ _rows: Any = None  # the compiled _rows_py
 _widen: Any = None  # the compiled _widen_py
 as_float32: Any = None
 carray: Any = None
+read_ahead: Any = None
 stack_float32: Any = None
 
 
@@ -67,6 +76,7 @@ def _across(rows_per_pass: int, panels_per_pass: int) -> Callable[..., None]:
         repeat it (their outputs are written twice, alike), and columns past out's are not
         written."""
         count, dim = rows.shape
+        line = WIDTH * panels.itemsize  # one dimension of a panel, in bytes
         sums = carray(stack_float32(size), (rows_per_pass, panels_per_pass, WIDTH))
         for r in range(rows_per_pass):
             for p in range(panels_per_pass):
@@ -74,6 +84,7 @@ def _across(rows_per_pass: int, panels_per_pass: int) -> Callable[..., None]:
                     sums[r, p, lane] = 0.0
         for k in range(dim):
             for p in range(panels_per_pass):
+                read_ahead(panels, ((panel + p) * dim + k) * line, line)
                 for lane in range(WIDTH):
                     # An unsigned index: numba then adds no wraparound test, and the loads
                     # vectorise.
@@ -105,11 +116,14 @@ def _two_rows_py(
     width = min(WIDTH, out.shape[1] - first)
     a0 = carray(stack_float32(WIDTH), (WIDTH,))
     a1 = carray(stack_float32(WIDTH), (WIDTH,))
+    line = WIDTH * panel.itemsize  # one dimension of the panel, in bytes
     for i in range(begin, count, 2):
         i1 = min(i + 1, count - 1)
         for lane in range(WIDTH):
             a0[lane] = a1[lane] = 0.0
         for k in range(dim):
+            if i == 0:  # the panel's first pass
+                read_ahead(panel, k * line, line)
             x0, x1 = rows[i, k], rows[i1, k]
             for lane in range(WIDTH):
                 anchor = as_float32(panel[k, np.uint64(lane)])
@@ -131,10 +145,13 @@ def _three_rows_py(
     a1 = carray(stack_float32(WIDTH), (WIDTH,))
     a2 = carray(stack_float32(WIDTH), (WIDTH,))
     whole = count - count % 3
+    line = WIDTH * panel.itemsize  # one dimension of the panel, in bytes
     for i in range(0, whole, 3):
         for lane in range(WIDTH):
             a0[lane] = a1[lane] = a2[lane] = 0.0
         for k in range(dim):
+            if i == 0:  # the panel's first pass
+                read_ahead(panel, k * line, line)
             x0, x1, x2 = rows[i, k], rows[i + 1, k], rows[i + 2, k]
             for lane in range(WIDTH):
                 anchor = as_float32(panel[k, np.uint64(lane)])
@@ -165,11 +182,14 @@ def _eight_rows_py(
     a6 = carray(stack_float32(WIDTH), (WIDTH,))
     a7 = carray(stack_float32(WIDTH), (WIDTH,))
     whole = count - count % 8
+    line = WIDTH * panel.itemsize  # one dimension of the panel, in bytes
     for i in range(0, whole, 8):
         for lane in range(WIDTH):
             a0[lane] = a1[lane] = a2[lane] = a3[lane] = 0.0
             a4[lane] = a5[lane] = a6[lane] = a7[lane] = 0.0
         for k in range(dim):
+            if i == 0:  # the panel's first pass
+                read_ahead(panel, k * line, line)
             x0, x1, x2, x3 = rows[i, k], rows[i + 1, k], rows[i + 2, k], rows[i + 3, k]
             x4, x5, x6, x7 = rows[i + 4, k], rows[i + 5, k], rows[i + 6, k], rows[i + 7, k]
             for lane in range(WIDTH):
@@ -269,13 +289,14 @@ def kernel() -> Callable[..., Any] | None:
     in every compiled variant, which is what makes any grouping of rows and panels, any
     dtype's panels and any split of the anchors give the same bits."""
     global _eight_rows, _three_rows, _two_rows, _fours, _twos, _rows, _widen
-    global as_float32, carray, stack_float32
+    global as_float32, carray, read_ahead, stack_float32
     try:
         from models import numba_intrinsics
     except ImportError:
         return None
     as_float32, carray = numba_intrinsics.as_float32, numba_intrinsics.carray
     stack_float32 = numba_intrinsics.stack_float32
+    read_ahead = numba_intrinsics.read_ahead
     flags = {"contract"}
     rows, scale, scales = "float32[:, ::1]", "float32[::1]", "float32[:, ::1]"
     _two_rows = compile_kernel(

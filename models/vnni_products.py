@@ -23,6 +23,14 @@ seventy-fourth session). A third digit would make the sums as close as the float
 that CPU runs vpdpbusd on one port against two for fused multiply-adds, and three digits ran
 128 rows at M = 10k only 1.18x as fast as the float kernel on one core, where two ran 1.69x.
 
+The passes read the panels ahead (models/numba_intrinsics.py's read_ahead), the first pass over
+each panel only: later ones find it in the caches, and reading ahead in every pass made 128 rows
+at M = 100k take 88.6 ms against 84.1. With 10 ms idle before each call, on one core, two rows
+took 0.45-0.51 ms against 0.50-0.60 at M = 10k, six 0.56-0.67 against 0.83-0.97, eleven
+0.79-0.91 against 1.04-1.17, at 100k eleven 8.1-9.0 against 10.2-10.5, 64 and 128 rows
+1.02-1.06x as fast; back to back, with the matrix in the caches, 0.95-1.09x (Intel Xeon with
+AMX, a script alternating both, load 0.7-1.3).
+
 vpdpbusd multiplies unsigned bytes by signed ones, so the panels hold q + 128 and each digit's
 sum takes back 128 times the sum of its digits. A panel holds WIDTH anchors as (dim / 4,
 WIDTH * 4) bytes, four dimensions of one anchor in each 32-bit lane.
@@ -45,15 +53,6 @@ SHIFT_BITS = 14  # |X| <= 2**14, so high = (X - low) / 256 stays within a signed
 # registers hold the sums: six rows by panel, three across two panels, two across three, one
 # across six; GROUP panels, the widest pass, at a time.
 SIXES, GROUP = 6, 6
-# How far ahead of its reads a pass asks for the panels' lines (models/numba_intrinsics.py's
-# prefetch): the CPU's own prefetcher stops at every 4 KB page, and a matrix read after an
-# idle moment comes from memory. On one core with 10 ms idle before each call, at M = 10k two
-# rows took 0.45-0.51 ms against 0.50-0.60, six 0.56-0.67 against 0.83-0.97, eleven 0.79-0.91
-# against 1.04-1.14, at 100k eleven 8.1-9.0 against 10.2-10.5 (Intel Xeon with AMX, a script
-# alternating both, load 0.7-1.3); 2 KB ahead gained less, 8 KB as much. Only a panel's first
-# pass fetches: rows after the first six find it in the caches, and fetching in every pass
-# made 128 rows at 100k take 88.6 ms against 84.1.
-AHEAD = 4096
 
 # Bound by _kernels(): numba resolves what a kernel calls among the module's globals when it
 # compiles the kernel, and numba is imported only then (models/numba_jit.py).
@@ -63,7 +62,7 @@ _threes: Any = None
 _twos: Any = None
 _ones: Any = None
 dot_bytes: Any = None
-prefetch: Any = None
+read_ahead: Any = None
 stack_int32: Any = None
 
 
@@ -120,7 +119,7 @@ def _digits_py(
 
 
 def _across(rows_per_pass: int, panels_per_pass: int, fetch: bool) -> Callable[..., None]:
-    """A pass of `rows_per_pass` rows across `panels_per_pass` panels, fetching AHEAD where
+    """A pass of `rows_per_pass` rows across `panels_per_pass` panels, reading ahead where
     `fetch`; numba takes all three as constants, so its loops over them unroll, the sums stay
     in registers and a pass that does not fetch has no trace of it."""
     size = rows_per_pass * DIGITS * panels_per_pass * WIDTH
@@ -139,7 +138,6 @@ def _across(rows_per_pass: int, panels_per_pass: int, fetch: bool) -> Callable[.
         """out[row:row + R, the columns of panels panel to panel + P, short of panel stop];
         rows past the last repeat it (their outputs are written twice, alike)."""
         count, groups = words.shape[0], panels.shape[1]
-        last_line = np.int64(panels.size - 64)
         sums = stack_int32(size)
         for i in range(size):
             sums[i] = 0
@@ -147,8 +145,7 @@ def _across(rows_per_pass: int, panels_per_pass: int, fetch: bool) -> Callable[.
             for p in range(panels_per_pass):
                 offset = np.int64((min(panel + p, stop - 1) * groups + g) * 4 * WIDTH)
                 if fetch:
-                    prefetch(panels, min(offset + AHEAD, last_line))
-                    prefetch(panels, min(offset + AHEAD + 64, last_line))
+                    read_ahead(panels, offset, 4 * WIDTH)
                 for r in range(rows_per_pass):
                     i = min(row + r, count - 1)
                     for d in range(DIGITS):
@@ -210,7 +207,7 @@ def _cosines_py(
 def _kernels() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
     """(digits, cosines) compiled, or None without numba or without VNNI in the code numba
     compiles (LLVM cannot emit vpdpbusd elsewhere)."""
-    global _sixes, _fetching_sixes, _threes, _twos, _ones, dot_bytes, prefetch, stack_int32
+    global _sixes, _fetching_sixes, _threes, _twos, _ones, dot_bytes, read_ahead, stack_int32
     try:
         from models import numba_intrinsics
     except ImportError:
@@ -218,7 +215,7 @@ def _kernels() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
     if not avx512_vnni():
         return None
     dot_bytes, stack_int32 = numba_intrinsics.dot_bytes, numba_intrinsics.stack_int32
-    prefetch = numba_intrinsics.prefetch
+    read_ahead = numba_intrinsics.read_ahead
     digits = compile_kernel(
         _digits_py, "void(float32[:, ::1], int8[:, :, ::1], int32[:, ::1], float64[::1])"
     )

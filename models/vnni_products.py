@@ -25,11 +25,11 @@ that CPU runs vpdpbusd on one port against two for fused multiply-adds, and thre
 
 The passes read the panels ahead (models/numba_intrinsics.py's read_ahead), the first pass over
 each panel only: later ones find it in the caches, and reading ahead in every pass made 128 rows
-at M = 100k take 88.6 ms against 84.1. With 10 ms idle before each call, on one core, two rows
-took 0.45-0.51 ms against 0.50-0.60 at M = 10k, six 0.56-0.67 against 0.83-0.97, eleven
-0.79-0.91 against 1.04-1.17, at 100k eleven 8.1-9.0 against 10.2-10.5, 64 and 128 rows
-1.02-1.06x as fast; back to back, with the matrix in the caches, 0.95-1.09x (Intel Xeon with
-AMX, a script alternating both, load 0.7-1.3).
+at M = 100k take 88.8 ms against 84.4 (82.0 against 83.5 as it is). With 10 ms idle before each
+call, on one core, two rows took 0.45-0.50 ms against 0.53-0.54 at M = 10k, six 0.56-0.66
+against 0.89-0.99, eleven 0.79-0.93 against 1.04-1.22, at 100k eleven 8.1 against 10.2-10.4, 64
+and 128 rows 1.02-1.08x as fast; back to back, with the matrix in the caches, 0.95-1.09x (Intel
+Xeon with AMX, scripts alternating both, load 0.4-1.3).
 
 vpdpbusd multiplies unsigned bytes by signed ones, so the panels hold q + 128 and each digit's
 sum takes back 128 times the sum of its digits. A panel holds WIDTH anchors as (dim / 4,

@@ -42,7 +42,9 @@ __all__ = [
 ]
 # How far ahead of its reads a kernel asks for the anchor panels (read_ahead): the CPU's own
 # prefetcher stops at every 4 KB page, and a matrix read after an idle moment comes from memory.
-# 2 KB ahead gained less, 8 KB as much (the kernels' modules give the figures).
+# 2 KB ahead gained less, 8 KB as much (the kernels' modules give the figures). numba's cache
+# checks only a kernel's own file: a kernel compiled before a change here keeps the old value
+# until its cache is cleared.
 AHEAD = 4096
 
 

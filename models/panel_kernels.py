@@ -23,13 +23,14 @@ Widening a panel to float32 once, rather than for each group of rows, is the cal
 lanes rounds fewer times (largest error against float64 4e-6 here, 6e-7 there), far below the
 bfloat16 rounding of the anchors themselves (4e-3 relative).
 
-Each panel's first pass reads it ahead (models/numba_intrinsics.py's read_ahead). With 10 ms idle
-before each call, on one core at M = 10k, bfloat16 panels by eights took one or two rows
-1.10-1.15x as fast as without, three 1.32-1.35x, eleven 1.41-1.45x, 64 1.09-1.12x (at 100k one
-or two 1.06x, eleven 1.39x); by threes, as AVX2 runs them, one to three rows 1.34-1.41x, eleven
+Each panel's first pass by eights, threes or twos reads it ahead (models/numba_intrinsics.py's
+read_ahead), and so does every pass across panels, the first for fewer than eight rows. With 10 ms
+idle before each call, on one core at M = 10k, bfloat16 panels by eights took one or two rows
+1.10-1.15x as fast as without, three 1.32-1.35x, eleven 1.41-1.45x, 64 1.09-1.12x (at 100k one or
+two 1.06x, eleven 1.39x); by threes, as AVX2 runs them, one to three rows 1.34-1.41x, eleven
 1.21-1.24x; float32 panels 1.03-1.05x for one or two rows, 1.35x for eleven; int8 ones 1.06-1.08x
-and 1.58-1.65x. Back to back, the matrix in the caches, 0.95-1.06x (Intel Xeon with AMX, a
-script alternating both, load 0.4-0.5).
+and 1.58-1.65x. Back to back, the matrix in the caches, 0.95-1.06x (Intel Xeon with AMX, a script
+alternating both, load 0.4-0.5).
 """
 
 import functools

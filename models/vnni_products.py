@@ -186,11 +186,10 @@ def _cosines_py(
     for first in range(start, stop, GROUP):
         end = min(first + GROUP, stop)
         for panel in range(first, end):
-            for row in range(0, whole, SIXES):
-                if row == 0:
-                    _fetching_sixes(words, corrections, factors, panels, scales, out, panel, end, 0)
-                else:
-                    _sixes(words, corrections, factors, panels, scales, out, panel, end, row)
+            if whole:  # the panel's first six rows read it ahead, the others find it cached
+                _fetching_sixes(words, corrections, factors, panels, scales, out, panel, end, 0)
+            for row in range(SIXES, whole, SIXES):
+                _sixes(words, corrections, factors, panels, scales, out, panel, end, row)
         row = whole
         while count - row >= 3:
             for panel in range(first, end, 2):

@@ -23,14 +23,19 @@ Widening a panel to float32 once, rather than for each group of rows, is the cal
 lanes rounds fewer times (largest error against float64 4e-6 here, 6e-7 there), far below the
 bfloat16 rounding of the anchors themselves (4e-3 relative).
 
-Each panel's first pass by eights, threes or twos reads it ahead (models/numba_intrinsics.py's
-read_ahead), and so does every pass across panels, the first for fewer than eight rows. With 10 ms
-idle before each call, on one core at M = 10k, bfloat16 panels by eights took one or two rows
-1.10-1.15x as fast as without, three 1.32-1.35x, eleven 1.41-1.45x, 64 1.09-1.12x (at 100k one or
-two 1.06x, eleven 1.39x); by threes, as AVX2 runs them, one to three rows 1.34-1.41x, eleven
-1.21-1.24x; float32 panels 1.03-1.05x for one or two rows, 1.35x for eleven; int8 ones 1.06-1.08x
-and 1.58-1.65x. Back to back, the matrix in the caches, 0.95-1.06x (Intel Xeon with AMX, a script
-alternating both, load 0.4-0.5).
+Where the compiled code has AVX-512, each panel's first pass by eights, threes or twos reads it
+ahead (models/numba_intrinsics.py's read_ahead), and so does every pass across panels, the first
+for fewer than eight rows. With 10 ms idle before each call, on one core at M = 10k, bfloat16
+panels by eights took one or two rows 1.10-1.15x as fast as without, three 1.32-1.35x, eleven
+1.41-1.45x, 64 1.09-1.12x (at 100k one or two 1.06x, eleven 1.39x); by threes 1.34-1.41x for one
+to three rows, eleven 1.21-1.24x; float32 panels 1.03-1.05x for one or two rows, 1.35x for
+eleven; int8 ones 1.06-1.08x and 1.58-1.65x. Back to back, the matrix in the caches, 0.95-1.06x
+(Intel Xeon with AMX, a script alternating both, load 0.4-0.5). Where AVX2 runs the threes and
+twos, on an AMD EPYC Zen 3, the same read-ahead slowed int8 panels, the default, to 0.79-0.91x
+for one to eleven rows, whether the matrix came from the caches or had been pushed out of them
+by reading 96 MB, and bfloat16 ones to 0.86-0.96x for eleven to 128 rows (a script alternating
+both kernels, load 0.5-1.0): that CPU's own prefetcher already keeps up, so there the kernel
+does not read ahead.
 """
 
 import functools
@@ -39,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from models.numba_jit import compile_kernel
+from models.numba_jit import avx512, compile_kernel
 
 WIDTH = 32  # anchors per panel: two 512-bit registers of float32
 GROUP = 4  # panels the rows left by eights go across: 16 registers of sums by fours or twos
@@ -56,6 +61,7 @@ _widen: Any = None  # the compiled _widen_py
 as_float32: Any = None
 carray: Any = None
 read_ahead: Any = None
+reads_ahead: Any = None  # whether the passes call read_ahead: where AVX-512 runs them
 stack_float32: Any = None
 
 
@@ -85,7 +91,8 @@ def _across(rows_per_pass: int, panels_per_pass: int) -> Callable[..., None]:
                     sums[r, p, lane] = 0.0
         for k in range(dim):
             for p in range(panels_per_pass):
-                read_ahead(panels, ((panel + p) * dim + k) * line, line)
+                if reads_ahead:
+                    read_ahead(panels, ((panel + p) * dim + k) * line, line)
                 for lane in range(WIDTH):
                     # An unsigned index: numba then adds no wraparound test, and the loads
                     # vectorise.
@@ -123,7 +130,7 @@ def _two_rows_py(
         for lane in range(WIDTH):
             a0[lane] = a1[lane] = 0.0
         for k in range(dim):
-            if i == 0:  # the panel's first pass
+            if reads_ahead and i == 0:  # the panel's first pass
                 read_ahead(panel, k * line, line)
             x0, x1 = rows[i, k], rows[i1, k]
             for lane in range(WIDTH):
@@ -151,7 +158,7 @@ def _three_rows_py(
         for lane in range(WIDTH):
             a0[lane] = a1[lane] = a2[lane] = 0.0
         for k in range(dim):
-            if i == 0:  # the panel's first pass
+            if reads_ahead and i == 0:  # the panel's first pass
                 read_ahead(panel, k * line, line)
             x0, x1, x2 = rows[i, k], rows[i + 1, k], rows[i + 2, k]
             for lane in range(WIDTH):
@@ -189,7 +196,7 @@ def _eight_rows_py(
             a0[lane] = a1[lane] = a2[lane] = a3[lane] = 0.0
             a4[lane] = a5[lane] = a6[lane] = a7[lane] = 0.0
         for k in range(dim):
-            if i == 0:  # the panel's first pass
+            if reads_ahead and i == 0:  # the panel's first pass
                 read_ahead(panel, k * line, line)
             x0, x1, x2, x3 = rows[i, k], rows[i + 1, k], rows[i + 2, k], rows[i + 3, k]
             x4, x5, x6, x7 = rows[i + 4, k], rows[i + 5, k], rows[i + 6, k], rows[i + 7, k]
@@ -290,7 +297,7 @@ def kernel() -> Callable[..., Any] | None:
     in every compiled variant, which is what makes any grouping of rows and panels, any
     dtype's panels and any split of the anchors give the same bits."""
     global _eight_rows, _three_rows, _two_rows, _fours, _twos, _rows, _widen
-    global as_float32, carray, read_ahead, stack_float32
+    global as_float32, carray, read_ahead, reads_ahead, stack_float32
     try:
         from models import numba_intrinsics
     except ImportError:
@@ -298,6 +305,8 @@ def kernel() -> Callable[..., Any] | None:
     as_float32, carray = numba_intrinsics.as_float32, numba_intrinsics.carray
     stack_float32 = numba_intrinsics.stack_float32
     read_ahead = numba_intrinsics.read_ahead
+    # numba takes the flag as a constant; its cache keys each kernel by the CPU's features.
+    reads_ahead = avx512()
     flags = {"contract"}
     rows, scale, scales = "float32[:, ::1]", "float32[::1]", "float32[:, ::1]"
     _two_rows = compile_kernel(

@@ -14,7 +14,9 @@ busy with the other half, while the second one idled: after 10 ms idle, 186 wake
 (Linux 6.18 in a Firecracker VM on an Intel Xeon with AMX, load 0.4), and 64 rows' anchor
 product took 3.77 ms split against 3.51 ms on one core. So before each hand-over the helper's
 CPU affinity leaves out the CPU its caller is on (a system call only when that CPU changed):
-2.20 ms.
+2.20 ms. In KVM on an AMD EPYC Zen 3 the helper's half of six rows' product ran on its caller's
+CPU 183 times in 200 before, 2 after, and 64 rows took 9.48 ms split before, 7.10 after, 11.85 on
+one core (M = 10k, int8 anchors, load 0.8-1.0).
 """
 
 import ctypes

@@ -31,11 +31,11 @@ panels by eights took one or two rows 1.10-1.15x as fast as without, three 1.32-
 to three rows, eleven 1.21-1.24x; float32 panels 1.03-1.05x for one or two rows, 1.35x for
 eleven; int8 ones 1.06-1.08x and 1.58-1.65x. Back to back, the matrix in the caches, 0.95-1.06x
 (Intel Xeon with AMX, a script alternating both, load 0.4-0.5). Where AVX2 runs the threes and
-twos, on an AMD EPYC Zen 3, the same read-ahead slowed int8 panels, the default, to 0.79-0.91x
-for one to eleven rows, whether the matrix came from the caches or had been pushed out of them
-by reading 96 MB, and bfloat16 ones to 0.86-0.96x for eleven to 128 rows (a script alternating
-both kernels, load 0.5-1.0): that CPU's own prefetcher already keeps up, so there the kernel
-does not read ahead.
+twos, on an AMD EPYC Zen 3, the same read-ahead slowed int8 panels, the default, to 0.79-0.89x
+for one or two rows and 0.86-1.02x for three to 128, whether the matrix came from the caches or
+had been pushed out of them by reading 96 MB, and bfloat16 ones to 0.86-0.97x for 64 and 128
+rows (a script alternating both kernels, load 0.5-1.0): that CPU's own prefetcher already keeps
+up, so there the kernel does not read ahead.
 """
 
 import functools

@@ -7,8 +7,8 @@ and holds the result in bfloat16, which represents each such value exactly (seve
 bits at most). So every product, on CPU or GPU, sees one matrix of plain values, and the CPU
 kernel (models/anchor_panels.py) reads its panels at one byte a value and applies 2**e to each
 sum: a power of two scales a float32 rounding exactly, so the bits are those of the bfloat16
-matrix's own product. On a CPU with AVX-512 VNNI the input rows are put on a grid as well, and
-the product is one of integers (models/vnni_products.py).
+matrix's own product. On a CPU with AVX-512 VNNI, or with AVX2 and no AVX-512, the input rows
+are put on a grid as well, and the product is one of integers (models/integer_grid.py).
 """
 
 import torch

@@ -7,11 +7,12 @@ product, and each output must have the same bits whatever else is in the batch
 The anchors are copied once into panels of 32 (m / 32 panels of (dim, 32), the last padded with
 zeros; bfloat16 anchors stay bfloat16, and anchors on the int8 grid of models/anchor_formats.py
 go in as int8 with each anchor's power of two beside them), so the kernel reads 32 anchors'
-values of one dimension at a time; on a CPU with AVX-512 VNNI, int8 anchors go in the layout of
-the integer product of models/vnni_products.py instead. The panels are built on first use of an
-anchor matrix (one pass over it) and kept while that tensor lives and is not modified in place:
-7.7 MB for 10k bfloat16 anchors of 384 dimensions, 77 MB at 100k, half that on the int8 grid,
-beside the matrix itself.
+values of one dimension at a time; where an integer product runs, int8 anchors go in its layout
+instead: models/vnni_products.py's on a CPU with AVX-512 VNNI, models/word_products.py's where
+the compiled code has AVX2 and no AVX-512. Both give the same bits. The panels are built on
+first use of an anchor matrix (one pass over it) and kept while that tensor lives and is not
+modified in place: 7.7 MB for 10k bfloat16 anchors of 384 dimensions, 77 MB at 100k, half that
+on the int8 grid, beside the matrix itself.
 """
 
 import functools
@@ -23,7 +24,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from models import panel_kernels, vnni_products
+from models import panel_kernels, vnni_products, word_products
 from models.anchor_formats import int8_grid
 from models.numba_jit import avx512
 from models.panel_kernels import WIDTH
@@ -39,10 +40,12 @@ WIDEN_ROWS = 16
 
 
 class Panels(NamedTuple):
-    # (count, dim, WIDTH): float32, bfloat16's bits as uint16, or int8; or, for int8 anchors
-    # on a CPU with VNNI, (count, dim / 4, WIDTH * 4) uint8 (models/vnni_products.py)
+    # (count, dim, WIDTH): float32, bfloat16's bits as uint16, or int8; or, for int8 anchors,
+    # an integer product's layout: (count, dim / 4, WIDTH * 4) uint8 (models/vnni_products.py)
+    # or (count, dim / 2, WIDTH * 2) int8 (models/word_products.py)
     values: np.ndarray
     scales: np.ndarray  # (count, WIDTH) float32: each anchor's 2**e on the int8 grid, else 1
+    product: str = "float"  # the product the layout is for: "float", "vnni" or "words"
 
 
 _panels: dict[int, tuple[weakref.ref[torch.Tensor], int, Panels]] = {}
@@ -64,12 +67,11 @@ def panels_of(anchors: torch.Tensor) -> Panels:
         return panels
 
 
-def build_panels(anchors: torch.Tensor, *, bytes_for_vnni: bool | None = None) -> Panels:
+def build_panels(anchors: torch.Tensor, *, integer: bool = True) -> Panels:
     """Anchors on their int8 grid (models/anchor_formats.py) go in as int8, at half the bytes
-    of bfloat16, and where the CPU has AVX-512 VNNI (`bytes_for_vnni`, by default) in the
-    layout of models/vnni_products.py, whose integer product is theirs there. torch makes the
-    copy: numpy's transposing copy took 339 ms for 100k bfloat16 anchors, torch's 47-55 (AMD
-    EPYC Zen 4)."""
+    of bfloat16, and, where an integer product runs and `integer` is left true, in its layout.
+    torch makes the copy: numpy's transposing copy took 339 ms for 100k bfloat16 anchors,
+    torch's 47-55 (AMD EPYC Zen 4)."""
     matrix = anchors.detach()
     m, dim = matrix.shape
     count = -(-m // WIDTH)
@@ -78,10 +80,11 @@ def build_panels(anchors: torch.Tensor, *, bytes_for_vnni: bool | None = None) -
     if grid is not None:
         matrix, scales = grid
         padded_scales[:m] = scales
-        if bytes_for_vnni is None:
-            bytes_for_vnni = vnni_products.available()
-        if bytes_for_vnni:
-            return Panels(vnni_products.lay_out(matrix), padded_scales.view(count, WIDTH).numpy())
+        laid_out = padded_scales.view(count, WIDTH).numpy()
+        if integer and vnni_products.available():
+            return Panels(vnni_products.lay_out(matrix), laid_out, "vnni")
+        if integer and word_products.available() and not avx512():
+            return Panels(word_products.lay_out(matrix), laid_out, "words")
     elif matrix.dtype == torch.bfloat16:
         matrix = matrix.view(torch.int16)  # the bits: numpy has no bfloat16
     padded = matrix.new_zeros((count * WIDTH, dim))  # (count * WIDTH, dim)
@@ -102,10 +105,15 @@ def cosines_by_columns(
     """A function (start, stop) that sets out[:, start:stop] to the cosines of rows (r, dim)
     float32 with those anchors (start a multiple of WIDTH), by the product that the panels'
     layout is for; whatever is done once per call for the rows is done here."""
-    if panels.values.dtype == np.uint8:
+    if panels.product == "vnni":
         digits = vnni_products.digits_of(rows, panels.values.shape[1])
         return functools.partial(
             vnni_products.integer_cosines, digits, panels.values, panels.scales, out
+        )
+    if panels.product == "words":
+        words = word_products.words_of(rows, panels.values.shape[1])
+        return functools.partial(
+            word_products.integer_cosines, words, panels.values, panels.scales, out
         )
     return functools.partial(panel_cosines, rows, panels, out)
 

@@ -89,7 +89,7 @@ def anchor_cosines(
     """(n, m) float32 inner products of unit embeddings (n, dim) with anchors (m, dim), no
     gradient. bfloat16 anchors (RANKSERVE_ANCHOR_DTYPE) are read at half the bytes, and int8
     ones at a quarter, and multiplied in float32, as their float32 values would be, or, on a
-    CPU with AVX-512 VNNI, int8 ones as integers (models/vnni_products.py). With
+    CPU with AVX-512 VNNI or with AVX2 alone, int8 ones as integers (models/integer_grid.py). With
     `split`, the spare core takes half of the anchors (models/spare_core.py): each core reads
     half of the matrix, where splitting the rows made both read all of it."""
     rows_ready = embeddings.device.type == "cpu" and embeddings.dtype == torch.float32

@@ -1,6 +1,6 @@
-"""LLVM-level helpers for the anchor kernels (models/panel_kernels.py, models/vnni_products.py)
-that numba has no name for, and numba's carray beside them. Imported only where numba is
-installed.
+"""LLVM-level helpers for the anchor kernels (models/panel_kernels.py, models/vnni_products.py,
+models/word_products.py) that numba has no name for, and numba's carray beside them. Imported
+only where numba is installed.
 
 - `stack_float32(n)`: n float32 on the stack of the calling kernel. Accumulators there are
   local memory that nothing else can alias, so LLVM keeps them in vector registers across
@@ -19,6 +19,10 @@ installed.
   at sums[at:at + 16]: each adds the four products of the unsigned bytes at
   panels' data + offset + 4 * lane with the four signed bytes of `word`. LLVM does not find
   the instruction in a numba loop by itself; compiled only where the CPU has it.
+- `madd_words(sums, at, panels, offset, word)`: AVX2's vpmaddwd on eight int32 sums at
+  sums[at:at + 8]: each adds the products of two signed bytes at panels' data + offset + 2 *
+  lane, widened to int16, with the two int16 halves of `word`. Compiled only where the CPU has
+  AVX2.
 - `prefetch(array, offset)`: prefetcht1 of the line at byte `offset` of `array`, which numba
   cannot ask for; `read_ahead(array, at, size)` asks so for the `size` bytes (up to 128) AHEAD
   of byte `at`, within the array.
@@ -35,6 +39,7 @@ __all__ = [
     "as_float32",
     "carray",
     "dot_bytes",
+    "madd_words",
     "prefetch",
     "read_ahead",
     "stack_float32",
@@ -99,6 +104,34 @@ def dot_bytes(typingctx: Any, sums: Any, at: Any, panels: Any, offset: Any, word
         # The sums are int32 slots: aligned to 4 bytes, not to the vector's 64.
         total = builder.call(function, [builder.load(where, align=4), values, spread])
         builder.store(total, where, align=4)
+        return context.get_dummy_value()
+
+    return types.void(sums, at, panels, offset, word), codegen
+
+
+@intrinsic
+def madd_words(typingctx: Any, sums: Any, at: Any, panels: Any, offset: Any, word: Any) -> Any:
+    """sums[at:at + 8] += per lane the dot product of 2 signed bytes of `panels` (an array,
+    read at byte `offset`) with the 2 int16 halves of the int32 `word`."""
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        sums_pointer, at_index, array, byte_offset, packed = args
+        lanes, halves = ir.VectorType(ir.IntType(32), 8), ir.VectorType(ir.IntType(16), 16)
+        where = builder.bitcast(builder.gep(sums_pointer, [at_index]), lanes.as_pointer())
+        data = context.make_array(signature.args[2])(context, builder, array).data
+        bytes_at = builder.gep(builder.bitcast(data, ir.IntType(8).as_pointer()), [byte_offset])
+        raw = ir.VectorType(ir.IntType(8), 16).as_pointer()
+        values = builder.sext(builder.load(builder.bitcast(bytes_at, raw), align=1), halves)
+        first = builder.insert_element(ir.Constant(lanes, None), packed, ir.IntType(32)(0))
+        spread = builder.shuffle_vector(
+            first, ir.Constant(lanes, None), ir.Constant(lanes, [0] * 8)
+        )
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(lanes, [halves] * 2), "llvm.x86.avx2.pmadd.wd"
+        )
+        product = builder.call(function, [values, builder.bitcast(spread, halves)])
+        # The sums are int32 slots: aligned to 4 bytes, not to the vector's 32.
+        builder.store(builder.add(builder.load(where, align=4), product), where, align=4)
         return context.get_dummy_value()
 
     return types.void(sums, at, panels, offset, word), codegen

@@ -25,30 +25,36 @@ def _wide_vectors() -> None:
         numba.config.CPU_FEATURES = features.flatten() + ",-prefer-256-bit"
 
 
-@functools.cache
-def avx512() -> bool:
-    """Whether compiled kernels have AVX-512's 32 vector registers (else AVX2's 16, or NEON's
-    32 of a quarter the width): the anchor kernel groups its rows by what they hold."""
+def _compiled_with(feature: str) -> bool:
+    """Whether numba compiles for a CPU with `feature` (LLVM's name): NUMBA_CPU_FEATURES where
+    set, else this CPU's own."""
     import numba
     from llvmlite import binding
 
     _wide_vectors()
     if numba.config.CPU_FEATURES is not None:
-        return "+avx512f" in numba.config.CPU_FEATURES.split(",")
-    return bool(binding.get_host_cpu_features().get("avx512f", False))
+        return f"+{feature}" in numba.config.CPU_FEATURES.split(",")
+    return bool(binding.get_host_cpu_features().get(feature, False))
+
+
+@functools.cache
+def avx512() -> bool:
+    """Whether compiled kernels have AVX-512's 32 vector registers (else AVX2's 16, or NEON's
+    32 of a quarter the width): the anchor kernel groups its rows by what they hold."""
+    return _compiled_with("avx512f")
 
 
 @functools.cache
 def avx512_vnni() -> bool:
     """Whether compiled kernels may use AVX-512 VNNI's byte dot products
-    (models/vnni_products.py), by the same rule as `avx512`."""
-    import numba
-    from llvmlite import binding
+    (models/vnni_products.py)."""
+    return _compiled_with("avx512vnni")
 
-    _wide_vectors()
-    if numba.config.CPU_FEATURES is not None:
-        return "+avx512vnni" in numba.config.CPU_FEATURES.split(",")
-    return bool(binding.get_host_cpu_features().get("avx512vnni", False))
+
+@functools.cache
+def avx2() -> bool:
+    """Whether compiled kernels may use AVX2's vpmaddwd (models/word_products.py)."""
+    return _compiled_with("avx2")
 
 
 def compile_kernel(

@@ -1,12 +1,12 @@
 """Anchor cosines as exact integer sums on AVX-512 VNNI: the CPU product for int8 anchors there.
 
 Anchors on the int8 grid (models/anchor_formats.py) are integers q (|q| <= 127) times a power
-of two 2**e each. Here every input row is put on a grid too, X = round(x * 2**s) with s the
-largest shift that keeps |X| <= 2**14 (15 bits below the power of two over the row's largest
-value), and X is cut into two signed bytes, X = 256 * high + low. Then x . a = 2**(e - s) *
-(256 * high . q + low . q): each digit's product with q is a sum of byte products, which
-vpdpbusd adds four at a time into int32 lanes, exactly; the two sums are joined in int64,
-scaled in float64 (powers of two: exact) and rounded to float32 once. Integer sums are exact
+of two 2**e each. Every input row is put on the grid of models/integer_grid.py too,
+X = round(x * 2**s) with |X| <= 2**14, and X is cut into two signed bytes, X = 256 * high +
+low. Then x . a = 2**(e - s) * (256 * high . q + low . q): each digit's product with q is a
+sum of byte products, which vpdpbusd adds four at a time into int32 lanes, exactly; the two
+sums are joined in int64, scaled in float64 (powers of two: exact) and rounded to float32
+once, the bits of models/word_products.py's product on AVX2. Integer sums are exact
 in any order, so a row's cosines cannot depend on the rows beside it, on how the passes group
 them, or on where the anchors are split between cores (models/cpu_products.py says why that
 matters).
@@ -37,18 +37,17 @@ WIDTH * 4) bytes, four dimensions of one anchor in each 32-bit lane.
 """
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from models.integer_grid import grid_of
 from models.numba_jit import avx512_vnni, compile_kernel
 from models.panel_kernels import WIDTH
 
-DIGITS = 2  # signed bytes per input value: 15 bits
-SHIFT_BITS = 14  # |X| <= 2**14, so high = (X - low) / 256 stays within a signed byte
+DIGITS = 2  # signed bytes per input value: |X| <= 2**14, so high = (X - low) / 256 is one
 # Rows per pass: each takes DIGITS x 2 vectors of 16 sums per panel, and 24 of AVX-512's 32
 # registers hold the sums: six rows by panel, three across two panels, two across three, one
 # across six; GROUP panels, the widest pass, at a time.
@@ -84,38 +83,6 @@ def lay_out(q: torch.Tensor) -> np.ndarray:
     padded[:m, :dim] = (q.to(torch.int16) + 128).to(torch.uint8)
     lanes = padded.view(count, WIDTH, groups, 4).transpose(1, 2)  # (count, groups, WIDTH, 4)
     return lanes.contiguous().view(count, groups, WIDTH * 4).numpy()
-
-
-def _digits_py(
-    rows: np.ndarray, digits: np.ndarray, corrections: np.ndarray, factors: np.ndarray
-) -> None:
-    """rows (n, dim) float32 into digits (n, DIGITS, 4 g) int8 (zeros past dim), corrections
-    (n, DIGITS) int32 and factors (n,) float64."""
-    count, dim = rows.shape
-    for i in range(count):
-        largest, finite = 0.0, True
-        for k in range(dim):
-            size = abs(np.float64(rows[i, k]))
-            largest = max(largest, size)
-            finite = finite and math.isfinite(size)  # max() passes over a NaN
-        if not finite:
-            factors[i] = math.nan
-            corrections[i, 0] = corrections[i, 1] = 0
-            continue
-        # largest < 2**exponent; an all-zero row keeps shift 0 and zero digits.
-        exponent = math.frexp(largest)[1] if largest > 0 else SHIFT_BITS
-        shift = SHIFT_BITS - exponent
-        unit = math.ldexp(1.0, shift)
-        high_sum = low_sum = 0
-        for k in range(dim):
-            value = np.int64(np.rint(np.float64(rows[i, k]) * unit))  # |value| <= 2**14
-            low = ((value + 128) & 255) - 128
-            high = (value - low) >> 8
-            digits[i, 0, k], digits[i, 1, k] = high, low
-            high_sum += high
-            low_sum += low
-        corrections[i, 0], corrections[i, 1] = 128 * high_sum, 128 * low_sum
-        factors[i] = math.ldexp(1.0, -shift)
 
 
 def _across(rows_per_pass: int, panels_per_pass: int, fetch: bool) -> Callable[..., None]:
@@ -203,9 +170,9 @@ def _cosines_py(
 
 
 @functools.cache
-def _kernels() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
-    """(digits, cosines) compiled, or None without numba or without VNNI in the code numba
-    compiles (LLVM cannot emit vpdpbusd elsewhere)."""
+def _kernels() -> Callable[..., Any] | None:
+    """The cosines compiled, or None without numba or without VNNI in the code numba compiles
+    (LLVM cannot emit vpdpbusd elsewhere)."""
     global _sixes, _fetching_sixes, _threes, _twos, _ones, dot_bytes, read_ahead, stack_int32
     try:
         from models import numba_intrinsics
@@ -215,34 +182,33 @@ def _kernels() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
         return None
     dot_bytes, stack_int32 = numba_intrinsics.dot_bytes, numba_intrinsics.stack_int32
     read_ahead = numba_intrinsics.read_ahead
-    digits = compile_kernel(
-        _digits_py, "void(float32[:, ::1], int8[:, :, ::1], int32[:, ::1], float64[::1])"
-    )
     arguments = "int32[:, :, ::1], int32[:, ::1], float64[::1], uint8[:, :, ::1], float32[:, ::1]"
     signature = f"void({arguments}, float32[:, ::1], int64, int64, int64)"
     _sixes, _fetching_sixes, _threes, _twos, _ones = (
         compile_kernel(_across(rows, GROUP // rows if rows < SIXES else 1, fetch), signature)
         for rows, fetch in ((SIXES, False), (SIXES, True), (3, True), (2, True), (1, True))
     )
-    cosines = compile_kernel(_cosines_py, f"void({arguments}, float32[:, ::1], int64, int64)")
-    assert digits is not None and cosines is not None
-    return digits, cosines
+    return compile_kernel(_cosines_py, f"void({arguments}, float32[:, ::1], int64, int64)")
 
 
 def available() -> bool:
     return _kernels() is not None
 
 
+def split_digits(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(words (n, DIGITS, w / 4) int32 of four signed bytes each, high digit first;
+    corrections (n, DIGITS) int32 = 128 times each digit's sum) of a grid (n, w) int16."""
+    low = ((grid + 128) & 255) - 128  # (n, w) in [-128, 127]
+    high = (grid - low) >> 8  # (n, w): |grid| <= 2**14, so within [-64, 64]
+    digits = np.stack((high, low), axis=1).astype(np.int8)  # (n, DIGITS, w)
+    corrections = 128 * digits.sum(axis=2, dtype=np.int32)  # (n, DIGITS)
+    return digits.view(np.int32), corrections
+
+
 def digits_of(rows: np.ndarray, groups: int) -> Digits:
     """Rows (n, dim) float32 on their grid, for panels of `groups` (dim / 4, rounded up)."""
-    kernels = _kernels()
-    assert kernels is not None, "digits_of needs numba and AVX-512 VNNI"
-    count = rows.shape[0]
-    digits = np.zeros((count, DIGITS, groups * 4), dtype=np.int8)  # (n, DIGITS, 4 g)
-    corrections = np.empty((count, DIGITS), dtype=np.int32)
-    factors = np.empty(count, dtype=np.float64)
-    kernels[0](rows, digits, corrections, factors)
-    return Digits(digits.view(np.int32), corrections, factors)
+    grid, factors = grid_of(rows, groups * 4)  # (n, 4 g) int16, (n,) float64
+    return Digits(*split_digits(grid), factors)
 
 
 def integer_cosines(
@@ -250,7 +216,7 @@ def integer_cosines(
 ) -> None:
     """out[:, start:stop] = the rows of `digits` . the anchors of lay_out's panels times their
     scales (count, WIDTH); `start` a multiple of WIDTH."""
-    kernels = _kernels()
-    assert kernels is not None, "integer_cosines needs numba and AVX-512 VNNI"
+    kernel = _kernels()
+    assert kernel is not None, "integer_cosines needs numba and AVX-512 VNNI"
     first, end = start // WIDTH, -(-stop // WIDTH)
-    kernels[1](*digits, panels, scales, out, first, end)
+    kernel(*digits, panels, scales, out, first, end)

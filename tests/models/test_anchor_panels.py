@@ -104,7 +104,7 @@ def test_anchors_on_the_int8_grid_are_read_at_a_byte_a_value_with_the_same_bits(
     rng = np.random.default_rng(5)
     held = hold(unit_rows(rng, 167, 48), "int8")  # (167, 48) bfloat16 on the grid: 6 panels
     rows = unit_rows(rng, 11, 48)
-    panels = build_panels(held, bytes_for_vnni=False)  # on a CPU with VNNI, not panels_of's
+    panels = build_panels(held, integer=False)  # where an integer product runs, not panels_of's
     assert panels.values.dtype == np.int8
     q, scales = int8_grid(held)  # type: ignore[misc]
     assert np.array_equal(panels.values[1, :, 3], q[WIDTH + 3].numpy())
@@ -174,7 +174,7 @@ def test_narrow_panels_are_widened_once_for_many_rows_by_threes(
     rng = np.random.default_rng(6)
     anchors = unit_rows(rng, 40, 16)
     matrix = anchors if dtype == "float32" else hold(anchors, dtype)
-    panels = build_panels(matrix, bytes_for_vnni=False)
+    panels = build_panels(matrix, integer=False)
     calls: list[bool] = []
     monkeypatch.setattr(panel_kernels, "kernel", lambda: lambda *args: calls.append(args[-1]))
     out = np.empty((count, 40), np.float32)

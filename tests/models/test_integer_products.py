@@ -59,6 +59,7 @@ def test_rows_go_on_the_grid_as_documented_and_a_bad_row_gets_a_nan_factor() -> 
     assert not grid[3].any() and np.isnan(factors[3])
 
 
+@needs_numba
 def test_digits_cut_each_grid_value_into_two_signed_bytes() -> None:
     grid = np.array([[16384, -16384, 255, -129, 128, -128, 0, 12345]], dtype=np.int16)
     words, corrections = vnni_products.split_digits(grid)

@@ -21,9 +21,10 @@ alternating the two, load 1.0-1.2; docs/benchmarks.md, seventy-seventh session).
 multiply-add of integers into float sums, but one vpmaddwd does the work of two float32
 multiply-adds, with no conversion.
 
-Rows go by threes across one panel (3 x 4 vectors of 8 sums: 12 of AVX2's 16 registers), then
-the last one or two rows. A panel holds WIDTH anchors as (dim / 2, WIDTH * 2) int8, the two
-dimensions of one anchor side by side.
+Rows go by threes across one panel (3 x 4 vectors of 8 sums: 12 of AVX2's 16 registers, with
+three for the rows' words and one for the panel's values), then the last one or two rows. A
+panel holds WIDTH anchors as (dim / 2, WIDTH * 2) int8, the two dimensions of one anchor side by
+side.
 """
 
 import functools

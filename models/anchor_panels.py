@@ -118,6 +118,12 @@ def cosines_by_columns(
     return functools.partial(panel_cosines, rows, panels, out)
 
 
+def min_split_elements(panels: Panels) -> int | None:
+    """The fewest elements of a product with these panels worth splitting between both cores,
+    where their product measured its own (models/word_products.py); None: the default."""
+    return word_products.MIN_SPLIT_ELEMENTS if panels.product == "words" else None
+
+
 def panel_cosines(
     rows: np.ndarray,
     panels: Panels,

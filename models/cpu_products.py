@@ -101,7 +101,10 @@ def anchor_cosines(
 
         columns = anchor_panels.cosines_by_columns(rows, panels, out)
         if split:
-            split_range(columns, m, elements=out.size, align=anchor_panels.WIDTH)
+            threshold = anchor_panels.min_split_elements(panels)
+            split_range(
+                columns, m, elements=out.size, align=anchor_panels.WIDTH, min_elements=threshold
+            )
         else:
             columns(0, m)
         return torch.from_numpy(out)

@@ -40,6 +40,15 @@ from models.panel_kernels import WIDTH
 
 THREES = 3
 VECTOR = 8  # int32 sums per AVX2 register
+# Below this many elements a product stays on one core (models/spare_core.py's split_range), so a
+# pair for /similarity at M = 10k does. One or two rows at 10k took 0.42 ms alone against
+# 0.50-0.58 split with 10 ms idle before each call, 0.10-0.17 against 0.21-0.23 back to back;
+# three rows 0.56 and 0.32 against 0.57 and 0.25. One pair's whole rank part right after its
+# encode took 0.742 and 0.892 ms at p50 on one core against 0.839 and 0.944 split, 0.727 and
+# 0.751 against 0.810 and 0.866 back to back (scripts alternating both, 300 rounds, AMD EPYC
+# Zen 3, load 0.7-1.6). The float kernel's float32 and bfloat16 panels went the other way there
+# (1.254 and 0.958 ms on one core against 1.082 and 0.910), so they keep the default.
+MIN_SPLIT_ELEMENTS = 24_576
 
 # Bound by _kernel(): numba resolves what a kernel calls among the module's globals when it
 # compiles the kernel, and numba is imported only then (models/numba_jit.py).

@@ -1,11 +1,13 @@
 """The integer anchor products, on AVX-512 VNNI and on AVX2: exact sums of the rows put on one
 grid, in any grouping, so both give the same bits."""
 
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 import torch
 
-from models import anchor_panels, integer_grid, vnni_products, word_products
+from models import anchor_panels, cpu_products, integer_grid, vnni_products, word_products
 from models.anchor_formats import hold, int8_grid
 from models.anchor_panels import WIDTH, Panels, build_panels, panels_of
 from models.cpu_products import anchor_cosines
@@ -164,3 +166,25 @@ def test_a_row_that_is_not_finite_gets_nan_cosines_and_a_zero_row_zeros() -> Non
     out = anchor_cosines(rows, held)
     assert torch.isnan(out[1]).all() and torch.equal(out[2], torch.zeros(40))
     assert torch.equal(out[0], anchor_cosines(rows[:1], held)[0])
+
+
+def test_the_avx2_product_splits_from_its_own_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    anchors, rows = unit_rows(rng, 64, 16), unit_rows(rng, 2, 16)
+    thresholds: list[int | None] = []
+
+    def one_core(
+        function: Callable[[int, int], object],
+        stop: int,
+        elements: int,
+        align: int = 1,
+        min_elements: int | None = None,
+    ) -> None:
+        thresholds.append(min_elements)
+        function(0, stop)
+
+    monkeypatch.setattr(cpu_products, "split_range", one_core)
+    anchor_cosines(rows, hold(anchors, "int8"), split=True)
+    anchor_cosines(rows, anchors, split=True)
+    words = default_product() == "words"
+    assert thresholds == [word_products.MIN_SPLIT_ELEMENTS if words else None, None]

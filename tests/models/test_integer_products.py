@@ -171,16 +171,10 @@ def test_a_row_that_is_not_finite_gets_nan_cosines_and_a_zero_row_zeros() -> Non
 def test_the_avx2_product_splits_from_its_own_threshold(monkeypatch: pytest.MonkeyPatch) -> None:
     rng = np.random.default_rng(3)
     anchors, rows = unit_rows(rng, 64, 16), unit_rows(rng, 2, 16)
-    thresholds: list[int | None] = []
+    thresholds: list[object] = []
 
-    def one_core(
-        function: Callable[[int, int], object],
-        stop: int,
-        elements: int,
-        align: int = 1,
-        min_elements: int | None = None,
-    ) -> None:
-        thresholds.append(min_elements)
+    def one_core(function: Callable[[int, int], object], stop: int, **options: object) -> None:
+        thresholds.append(options["min_elements"])
         function(0, stop)
 
     monkeypatch.setattr(cpu_products, "split_range", one_core)

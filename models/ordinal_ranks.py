@@ -41,7 +41,9 @@ def _radix_ranks_into(values: np.ndarray, out: np.ndarray, scale: float, shift: 
     to 128 x 100k ranked in place, as models/ranking.py ranks, the same ranks (Intel Xeon with
     AMX, a script alternating the two, load 0.4-0.6; into a second matrix 1.07-1.16x, but 0.97x
     at 128 x 100k). Keeping the first pass's keys rather than making them again was slower, and
-    so were digits of 8 bits (four passes). Every pass runs, even for a digit that all keys
+    so were digits of 8 bits (four passes; 0.89-0.93x on the Intel Xeon with AMX too), and a last
+    pass that writes its ranks through blocks of columns small enough for L1 (0.80-1.09x there;
+    docs/benchmarks.md, seventy-eighth session). Every pass runs, even for a digit that all keys
     share: the middle one must narrow the items, and rows of cosines share none.
     """
     rows, m = values.shape

@@ -6,22 +6,24 @@ V100. Here, in one run on this machine, for 1 and 64 pairs (128 distinct sentenc
 - Eq. 7: the same encoding, then models/scoring.py's scorer, the one /similarity calls: rank
   vectors of every distinct sentence against the M anchors, Spearman per pair, the blend;
 - rank part: the scorer alone on the same embeddings, encoding excluded;
-the last two with the anchor matrix in each format of RANKSERVE_ANCHOR_DTYPE (float32,
-bfloat16, int8: models/anchor_formats.py). The seven are called in turn, so a change of load
-hits them alike; each row is printed as soon as it is measured. Before the timings, a parity
-check of the formats on the real anchors (RANKSERVE_ANCHOR_* settings) and the dev sets (STS-B
-dev, SICK trial, --parity-pairs of each): Spearman x 100 of the Eq. 7 scores with each matrix,
-and how far any score moved from float32's. Anchor matrices are random unit vectors (ranking
-cost depends on M and the dimension, not on content; the shipped corpus has 11,914 sentences).
-Nothing is allocated past --max-memory-mb (default 80 % of what is available at start): an M
-that does not fit is skipped, and said so. Fewer than 8 pairs get 8 / pairs times --repeat
-calls: their calls are short, and with 15 the ratio of one pair at M = 10k moved by up to 0.025
-between six runs, with 121 by up to 0.011 between five (int8 anchors, Intel Xeon with AMX, load
-0.0-1.5). --pause-ms idles before each call, as a replica between sparse requests does, where
-the calls otherwise follow each other as under steady traffic.
+the last two with the anchor matrix in each format of RANKSERVE_ANCHOR_DTYPE (float32, bfloat16,
+int8: models/anchor_formats.py), or those of --formats: a replica holds one, and the others'
+panels between its calls leave its caches unlike a replica's. The paths are called in turn, so a
+change of load hits them alike; each row is printed as soon as it is measured. Before the
+timings, a parity check of the formats on the real anchors (RANKSERVE_ANCHOR_* settings) and the
+dev sets (STS-B dev, SICK trial, --parity-pairs of each): Spearman x 100 of the Eq. 7 scores
+with each matrix, and how far any score moved from float32's. Anchor matrices are random unit
+vectors (ranking cost depends on M and the dimension, not on content; the shipped corpus has
+11,914 sentences). Nothing is allocated past --max-memory-mb (default 80 % of what is available
+at start): an M that does not fit is skipped, and said so. Fewer than 8 pairs get 8 / pairs
+times --repeat calls: their calls are short, and with 15 the ratio of one pair at M = 10k moved
+by up to 0.025 between six runs, with 121 by up to 0.011 between five (int8 anchors, Intel Xeon
+with AMX, load 0.0-1.5). --pause-ms idles before each call, as a replica between sparse requests
+does, where the calls otherwise follow each other as under steady traffic.
 
     python -m bench.scoring [--anchors 10000 100000] [--pairs 1 64] [--repeat 15]
                             [--max-memory-mb MB] [--parity-pairs 400] [--pause-ms 0]
+                            [--formats float32 bfloat16 int8]
 """
 
 import argparse
@@ -46,17 +48,19 @@ from models.ordinal_ranks import method
 from models.ranking import warm_up
 from models.scoring import distinct_texts, score_embedded_pairs
 
-COLUMNS = (
-    "M",
-    "pairs",
-    "cosine p50 ms",
-    "cosine p90 ms",
-    *(
-        f"{name}: {what}"
-        for name in FORMATS
-        for what in ("Eq. 7 p50 ms", "Eq. 7 / cosine", "rank part p50 ms (encoding excluded)")
-    ),
-)
+
+def columns(formats: list[str]) -> tuple[str, ...]:
+    return (
+        "M",
+        "pairs",
+        "cosine p50 ms",
+        "cosine p90 ms",
+        *(
+            f"{name}: {what}"
+            for name in formats
+            for what in ("Eq. 7 p50 ms", "Eq. 7 / cosine", "rank part p50 ms (encoding excluded)")
+        ),
+    )
 
 
 def row(*cells: object) -> None:
@@ -71,6 +75,7 @@ def main() -> None:
     parser.add_argument("--max-memory-mb", type=float, default=None)
     parser.add_argument("--parity-pairs", type=int, default=400)
     parser.add_argument("--pause-ms", type=float, default=0.0)
+    parser.add_argument("--formats", nargs="+", choices=FORMATS, default=list(FORMATS))
     args = parser.parse_args()
     budget = Budget.from_option(args.max_memory_mb)
     warm_up()
@@ -86,8 +91,9 @@ def main() -> None:
     anchor_parity(encoder, args.parity_pairs)
     sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")
     generator = torch.Generator().manual_seed(0)
-    row(*COLUMNS)
-    row(*["---"] * len(COLUMNS))
+    heading = columns(args.formats)
+    row(*heading)
+    row(*["---"] * len(heading))
     for m in args.anchors:
         # The anchor matrix, and per scored batch its cosines, ranks and a temporary of each.
         needed = (m * encoder.dim * 4 + 4 * 2 * max(args.pairs) * m * 4) / MB + 64
@@ -103,13 +109,19 @@ def main() -> None:
         anchors = AnchorSet([], matrix, f"random-{m}", encoder.checksum)
         for n in args.pairs:
             repeat = args.repeat * max(1, 8 // n)
-            measure(encoder, anchors, sentences, n, repeat, args.pause_ms)
+            measure(encoder, anchors, args.formats, sentences, n, repeat, args.pause_ms)
         del anchors, matrix
     print(f"load average at end: {os.getloadavg()}", flush=True)
 
 
 def measure(
-    encoder, anchors: AnchorSet, sentences: list[str], n: int, repeat: int, pause_ms: float
+    encoder: Encoder,
+    anchors: AnchorSet,
+    formats: list[str],
+    sentences: list[str],
+    n: int,
+    repeat: int,
+    pause_ms: float,
 ) -> None:
     pairs = list(zip(sentences[:n], sentences[n : 2 * n], strict=True))
     unique, left, right = distinct_texts(pairs)
@@ -129,7 +141,7 @@ def measure(
         return score_embedded_pairs(embedded, held, left, right).blended()
 
     paths: dict[str, Callable[[], torch.Tensor]] = {"cosine": cosine}
-    for name in FORMATS:
+    for name in formats:
         held = anchors.stored_as(name)
         prepare_anchors(held.embeddings)
         paths[f"eq7 {name}"] = functools.partial(eq7, held)
@@ -137,7 +149,7 @@ def measure(
     samples = interleaved_ms(paths, repeat=repeat, pause_ms=pause_ms)
     c50 = percentile(samples["cosine"], 50)
     cells = [f"{anchors.count:,}", n, f"{c50:.2f}", f"{percentile(samples['cosine'], 90):.2f}"]
-    for name in FORMATS:
+    for name in formats:
         e50 = percentile(samples[f"eq7 {name}"], 50)
         cells += [
             f"{e50:.2f}",

@@ -91,7 +91,8 @@ def main() -> None:
     anchor_parity(encoder, args.parity_pairs)
     sentences = read_sentences(DATA_DIR / "corpus" / "wiki-sentences.txt")
     generator = torch.Generator().manual_seed(0)
-    heading = columns(args.formats)
+    formats = list(dict.fromkeys(args.formats))  # each named once, in the order given
+    heading = columns(formats)
     row(*heading)
     row(*["---"] * len(heading))
     for m in args.anchors:
@@ -109,7 +110,7 @@ def main() -> None:
         anchors = AnchorSet([], matrix, f"random-{m}", encoder.checksum)
         for n in args.pairs:
             repeat = args.repeat * max(1, 8 // n)
-            measure(encoder, anchors, args.formats, sentences, n, repeat, args.pause_ms)
+            measure(encoder, anchors, formats, sentences, n, repeat, args.pause_ms)
         del anchors, matrix
     print(f"load average at end: {os.getloadavg()}", flush=True)
 

@@ -50,6 +50,7 @@ from models.scoring import distinct_texts, score_embedded_pairs
 
 
 def columns(formats: list[str]) -> tuple[str, ...]:
+    """The table's heading: three columns per anchor format timed."""
     return (
         "M",
         "pairs",

@@ -43,7 +43,9 @@ def _radix_ranks_into(values: np.ndarray, out: np.ndarray, scale: float, shift: 
     at 128 x 100k). Keeping the first pass's keys rather than making them again was slower, and
     so were digits of 8 bits (four passes; 0.89-0.93x on the Intel Xeon with AMX too), and a last
     pass that writes its ranks through blocks of columns small enough for L1 (0.80-1.09x there;
-    docs/benchmarks.md, seventy-eighth session). Every pass runs, even for a digit that all keys
+    docs/benchmarks.md, seventy-eighth session), and a first pass on the top digit with the two
+    lower ones sorted within each of its buckets (0.47-0.87x on the Intel Xeon model 167, from
+    2 x 10k to 128 x 100k; seventy-ninth session). Every pass runs, even for a digit that all keys
     share: the middle one must narrow the items, and rows of cosines share none.
     """
     rows, m = values.shape

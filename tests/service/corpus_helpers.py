@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import redis
+import torch
 
 from core.settings import DATA_DIR
 from service.engine import Engine
@@ -118,3 +119,23 @@ def sick_sentences(count: int) -> list[str]:
         rows = csv.DictReader(handle, delimiter="\t")
         texts = [text for row in rows for text in (row["sentence_A"], row["sentence_B"])]
     return list(dict.fromkeys(texts))[:count]
+
+
+def held_vectors(server: Server, count: int) -> torch.Tensor:
+    """The embeddings (count, dim) that the server's index holds for documents s00, s01, ...,
+    the ones its searches score. An encoder's float sums depend on the batch a text went in
+    (these SICK sentences 1.8e-7 apart, all 60 in one batch or one at a time, on a Zen 5), and at
+    M = 512 one pair of anchors swapped in a rank vector moves a score by about 1e-5: a reference
+    held to 1e-5 starts from the server's vectors, not from an encode of its own."""
+    state = server.app.state.corpus.state
+    numbers = {doc_id: number for number, doc_id in state.ids.items()}
+    held = state.index.embeddings([numbers[f"s{i:02d}"] for i in range(count)])
+    return torch.from_numpy(held)  # (count, dim)
+
+
+def served_query(client: httpx.Client, text: str) -> torch.Tensor:
+    """The server's embedding (1, dim) of `text` encoded alone, as /search encodes its query;
+    /encode writes each float32 so that it reads back the same."""
+    response = client.post("/encode", json={"texts": [text]})
+    assert response.status_code == 200, response.text
+    return torch.tensor(response.json()["embeddings"], dtype=torch.float32)

@@ -62,10 +62,15 @@ def brute_force(
     the anchor matrix as the API holds it: in `anchor_format`, by default the settings' own
     (tests/conftest.py served())."""
     anchors = anchors.stored_as(anchor_format) if anchor_format else served(anchors)
-    docs = encoder.encode(texts)  # (n, dim)
-    q = encoder.encode([query])  # (1, dim)
-    rank = anchors.rank_vectors(docs) @ anchors.rank_vectors(q)[0]  # (n,)
-    return blend(docs @ q[0], rank, lambda_inf).cpu().numpy()
+    return eq7_reference(anchors, encoder.encode(texts), encoder.encode([query]), lambda_inf)
+
+
+def eq7_reference(
+    anchors: AnchorSet, docs: torch.Tensor, query: torch.Tensor, lambda_inf: float
+) -> np.ndarray:
+    """Eq. 7 of one query embedding (1, dim) against docs (n, dim), from the definitions."""
+    rank = anchors.rank_vectors(docs) @ anchors.rank_vectors(query)[0]  # (n,)
+    return blend(docs @ query[0], rank, lambda_inf).cpu().numpy()
 
 
 def test_search_reports_where_its_time_went(client: httpx.Client):

@@ -1,4 +1,5 @@
-"""Helpers for the document and search tests: a private redis-server and corpus servers."""
+"""Helpers for the document and search tests: a private redis-server, corpus servers and Eq. 7
+references."""
 
 import csv
 import shutil
@@ -14,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import redis
 import torch
 
 from core.settings import DATA_DIR
+from models.anchors import AnchorSet
+from models.ranking import blend
 from service.engine import Engine
 from tests.service.conftest import (
     AUTH,
@@ -121,21 +125,28 @@ def sick_sentences(count: int) -> list[str]:
     return list(dict.fromkeys(texts))[:count]
 
 
-def held_vectors(server: Server, count: int) -> torch.Tensor:
-    """The embeddings (count, dim) that the server's index holds for documents s00, s01, ...,
-    the ones its searches score. An encoder's float sums depend on the batch a text went in
+def eq7_reference(
+    anchors: AnchorSet, docs: torch.Tensor, query: torch.Tensor, lambda_inf: float
+) -> np.ndarray:
+    """Eq. 7 of one query embedding (1, dim) against docs (n, dim), from the definitions."""
+    rank = anchors.rank_vectors(docs) @ anchors.rank_vectors(query)[0]  # (n,)
+    return blend(docs @ query[0], rank, lambda_inf).cpu().numpy()
+
+
+def served_eq7(
+    server: Server, anchors: AnchorSet, count: int, query: str, lambda_inf: float
+) -> np.ndarray:
+    """Eq. 7 of `query` against documents s00, s01, ... from the definitions, on the vectors the
+    server's search scored: the ones its index holds, and its own /encode of the query alone
+    (float32 read back exactly). An encoder's float sums depend on the batch a text went in
     (these SICK sentences 1.8e-7 apart, all 60 in one batch or one at a time, on a Zen 5), and at
     M = 512 that swaps anchor ranks enough to move Eq. 7 scores by up to 5.6e-5 (int8 anchors;
-    8.6e-6 float32): a reference held to 1e-5 starts from the server's vectors."""
+    8.6e-6 float32), so a reference held to 1e-5 cannot encode the texts itself."""
+    with api(server) as client:
+        response = client.post("/encode", json={"texts": [query]})
+    assert response.status_code == 200, response.text
+    encoded = torch.tensor(response.json()["embeddings"], dtype=torch.float32)  # (1, dim)
     state = server.app.state.corpus.state
     numbers = {doc_id: number for number, doc_id in state.ids.items()}
-    held = state.index.embeddings([numbers[f"s{i:02d}"] for i in range(count)])
-    return torch.from_numpy(held)  # (count, dim)
-
-
-def served_query(client: httpx.Client, text: str) -> torch.Tensor:
-    """The server's embedding (1, dim) of `text` encoded alone, as /search encodes its query;
-    /encode writes each float32 so that it reads back the same."""
-    response = client.post("/encode", json={"texts": [text]})
-    assert response.status_code == 200, response.text
-    return torch.tensor(response.json()["embeddings"], dtype=torch.float32)
+    held = state.index.embeddings([numbers[f"s{i:02d}"] for i in range(count)])  # (count, dim)
+    return eq7_reference(anchors, torch.from_numpy(held), encoded, lambda_inf)

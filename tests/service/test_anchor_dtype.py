@@ -12,14 +12,8 @@ from models.ranking import blend
 from service.engine import Engine
 from tests.polling import wait_until
 from tests.service.conftest import Server
-from tests.service.corpus_helpers import (
-    api,
-    corpus_server,
-    held_vectors,
-    served_query,
-    sick_sentences,
-)
-from tests.service.test_search import QUERY, eq7_reference
+from tests.service.corpus_helpers import api, corpus_server, served_eq7, sick_sentences
+from tests.service.test_search import QUERY
 from tests.service.test_search_ranks import rank_store_size
 
 
@@ -67,9 +61,8 @@ def test_search_scores_are_eq7_against_the_held_anchors(
         body = client.post(
             "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": 1.0}
         ).json()
-        query = served_query(client, QUERY)
     anchors = engine.anchors.stored_as(anchor_format)
-    reference = eq7_reference(anchors, held_vectors(server, len(sentences)), query, 1.0)
+    reference = served_eq7(server, anchors, len(sentences), QUERY, 1.0)
     scores = np.array([hit["score"] for hit in body["hits"]])
     np.testing.assert_allclose(scores, np.sort(reference)[::-1][:10], atol=1e-5)
 

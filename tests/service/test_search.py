@@ -10,12 +10,18 @@ import torch
 
 from models.anchors import AnchorSet
 from models.encoder import Encoder
-from models.ranking import blend
 from service.corpus.schemas import SearchResponse
 from service.engine import Engine
 from tests.conftest import served
 from tests.service.conftest import AUTH, Server, fixed_engine, make_settings, serve
-from tests.service.corpus_helpers import api, corpus_server, free_port, search_ids, sick_sentences
+from tests.service.corpus_helpers import (
+    api,
+    corpus_server,
+    eq7_reference,
+    free_port,
+    search_ids,
+    sick_sentences,
+)
 
 QUERY = "A man is playing a musical instrument"
 
@@ -63,14 +69,6 @@ def brute_force(
     (tests/conftest.py served())."""
     anchors = anchors.stored_as(anchor_format) if anchor_format else served(anchors)
     return eq7_reference(anchors, encoder.encode(texts), encoder.encode([query]), lambda_inf)
-
-
-def eq7_reference(
-    anchors: AnchorSet, docs: torch.Tensor, query: torch.Tensor, lambda_inf: float
-) -> np.ndarray:
-    """Eq. 7 of one query embedding (1, dim) against docs (n, dim), from the definitions."""
-    rank = anchors.rank_vectors(docs) @ anchors.rank_vectors(query)[0]  # (n,)
-    return blend(docs @ query[0], rank, lambda_inf).cpu().numpy()
 
 
 def test_search_reports_where_its_time_went(client: httpx.Client):

@@ -19,14 +19,8 @@ from service.engine import Engine
 from tests.conftest import served
 from tests.polling import wait_until
 from tests.service.conftest import Server, make_settings
-from tests.service.corpus_helpers import (
-    api,
-    corpus_server,
-    held_vectors,
-    served_query,
-    sick_sentences,
-)
-from tests.service.test_search import QUERY, brute_force, eq7_reference
+from tests.service.corpus_helpers import api, corpus_server, served_eq7, sick_sentences
+from tests.service.test_search import QUERY, brute_force
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +54,7 @@ def test_search_from_precomputed_ranks_matches_brute_force(
         body = client.post(
             "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": 1.0}
         ).json()
-        query = served_query(client, QUERY)
-    docs = held_vectors(server, len(sentences))
-    reference = eq7_reference(served(engine.anchors), docs, query, 1.0)
+    reference = served_eq7(server, served(engine.anchors), len(sentences), QUERY, 1.0)
     scores = np.array([hit["score"] for hit in body["hits"]])
     # lambda = 1: the scores are the rank similarities alone; the codes only ruled candidates
     # out (RANKSERVE_PRECOMPUTED_RANKS_EXACT, the default), so they are the exact ones.
@@ -79,9 +71,7 @@ def test_approximate_search_scores_from_the_codes(
         body = client.post(
             "/search", json={"query": QUERY, "top_k": 10, "candidates": 100, "lambda": 1.0}
         ).json()
-        query = served_query(client, QUERY)
-    docs = held_vectors(server, len(sentences))
-    exact = np.sort(eq7_reference(served(engine.anchors), docs, query, 1.0))[::-1]
+    exact = np.sort(served_eq7(server, served(engine.anchors), len(sentences), QUERY, 1.0))[::-1]
     errors = np.abs(np.array([hit["score"] for hit in body["hits"]]) - exact[:10])
     # 8-bit codes at M = 512: off by the rounding noise, not exact.
     assert 0 < errors.max() <= 2e-3

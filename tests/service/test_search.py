@@ -62,13 +62,11 @@ def brute_force(
     texts: list[str],
     query: str,
     lambda_inf: float,
-    anchor_format: str | None = None,
 ) -> np.ndarray:
     """Eq. 7 of the query against every text, computed offline from the definitions, against
-    the anchor matrix as the API holds it: in `anchor_format`, by default the settings' own
-    (tests/conftest.py served())."""
-    anchors = anchors.stored_as(anchor_format) if anchor_format else served(anchors)
-    return eq7_reference(anchors, encoder.encode(texts), encoder.encode([query]), lambda_inf)
+    the anchor matrix as the API holds it, in the settings' format (tests/conftest.py served())."""
+    docs, encoded = encoder.encode(texts), encoder.encode([query])  # (n, dim), (1, dim)
+    return eq7_reference(served(anchors), docs, encoded, lambda_inf)
 
 
 def test_search_reports_where_its_time_went(client: httpx.Client):

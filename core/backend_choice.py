@@ -25,7 +25,14 @@ import torch
 
 from core.settings import Settings
 from models.atomic import atomic_write_json
-from models.backends import EXPORTED, Backend, available, build_variant, openvino_precisions
+from models.backends import (
+    EXPORTED,
+    VARIANT_FORMAT,
+    Backend,
+    available,
+    build_variant,
+    openvino_precisions,
+)
 from models.checksums import sha256_directory, sha256_texts
 from models.cpu_info import cpu_has_bf16, cpu_identity
 from models.encoder import Encoder, default_model_path, load_encoder, pick_device
@@ -75,9 +82,11 @@ def _setup(settings: Settings, dev: ParitySet) -> dict[str, Any]:
     sets and runtimes count too: without VNNI, int8 products round otherwise, enough to fail
     `openvino-int8-static` (models/openvino_export.py), and the CPU decides OpenVINO's
     precision (models/openvino_runner.py), so a worker's numbers hold only for replicas on CPUs
-    like its own, running each graph in the precision it was checked in."""
+    like its own, running each graph in the precision it was checked in. So does the export
+    recipe: a replica that re-exports an older bundle's variants runs other graphs."""
     cpu = cpu_identity()
     return {
+        "variant_format": VARIANT_FORMAT,
         "max_seq_length": settings.max_seq_length,
         "dev_texts": sha256_texts(dev.texts),
         "cpu_vendor": cpu["vendor"],

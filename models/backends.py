@@ -5,7 +5,9 @@ offline export of the non-torch variants.
 A variant is a folder `<root>/<backend>/` holding the exported graph and `variant.json` (the
 backend, the export recipe's format and the checksum of the checkpoint it was exported from).
 The graph is the whole sentence-transformers pipeline (transformer, pooling, normalisation) as
-one function of the tokenizer's tensors, so a runner only needs the tokenizer around it. Export
+one function of the tokenizer's tensors, so a runner only needs the tokenizer around it; an
+ONNX variant of a pipeline whose passes can be packed holds its transformer re-fed for packed
+rows instead (models/onnx_runner.py), whose token states the runner pools. Export
 reads the loaded local checkpoint only: torch traces it to ONNX, and int8 quantises that file
 with ONNX Runtime (models/onnx_export.py); OpenVINO converts it to its IR
 (models/openvino_export.py). Nothing is downloaded.
@@ -14,7 +16,7 @@ with ONNX Runtime (models/onnx_export.py); OpenVINO converts it to its IR
 import importlib.util
 import json
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Protocol
@@ -24,13 +26,14 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from models.atomic import atomic_directory, atomic_write_json
-from models.onnx_export import export_onnx, quantize_int8
+from models.onnx_export import export_onnx, export_packed_onnx, quantize_int8
+from models.onnx_runner import OnnxRunner
 from models.openvino_export import calibration_samples, convert_openvino
 from models.openvino_runner import Graph, OpenVinoRunner, runs_in_bf16
-from models.packing import Pooling
+from models.packing import Pooling, packable_pooling
 from models.tokenizing import token_arrays
 
-VARIANT_FORMAT = 3  # bump when the export recipe changes: older variants are re-exported
+VARIANT_FORMAT = 4  # bump when the export recipe changes: older variants are re-exported
 VARIANT_JSON = "variant.json"
 
 
@@ -90,6 +93,12 @@ _GRAPH_FILE = {
     Backend.OPENVINO_INT8: "model-int8.xml",
     Backend.OPENVINO_INT8_STATIC: "model-int8-static.xml",
 }
+# An ONNX variant's graph where the pipeline's passes can be packed (models/packing.py): its
+# transformer re-fed for packed rows, in place of the pipeline.
+_PACKED_ONNX_FILE = {
+    Backend.ONNX: "model-packed.onnx",
+    Backend.ONNX_INT8: "model-packed-int8.onnx",
+}
 
 
 class BackendUnavailableError(RuntimeError):
@@ -118,28 +127,6 @@ class Runner(Protocol):
     def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray: ...
 
 
-class _OnnxRunner:
-    # Padded passes: packed ones (models/packing.py) ran short batches 1.06-1.55x as fast but
-    # single texts 0.86-0.92x and long batches 0.83-1.09x, against passes already cut by
-    # length (AMD EPYC Zen 3, docs/benchmarks.md).
-    packed = False
-
-    def __init__(self, path: Path, threads: int | None) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-        # One graph per call: inter-op parallelism only adds threads competing for the cores.
-        options.inter_op_num_threads = 1
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.inputs = [node.name for node in self.session.get_inputs()]
-
-    def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray:
-        return self.session.run(None, {name: features[name] for name in self.inputs})[0]
-
-
 def openvino_precisions() -> dict[str, str]:
     """The precision each OpenVINO backend runs in on this CPU: parity numbers and `auto`'s
     choice hold only for the precisions they were measured in."""
@@ -158,7 +145,8 @@ def load_runner(
     OpenVINO's runs single texts of up to each of `single_lengths` tokens in a graph compiled
     for that shape, and of `on_demand_lengths` once such texts keep coming
     (models/openvino_static.py), and packs the texts of other passes into rows
-    when the pipeline's `pooling` is given (models/packing.py)."""
+    when the pipeline's `pooling` is given (models/packing.py). ONNX Runtime's packs every pass
+    where the variant holds a packed graph, which needs `pooling`."""
     require(backend)
     graph = directory / _GRAPH_FILE[backend]
     if backend in OPENVINO:
@@ -172,7 +160,19 @@ def load_runner(
             word_embeddings_outside=backend == Backend.OPENVINO_INT8_STATIC,
             pooling=pooling,
         )
-    return _OnnxRunner(graph, threads)
+    packed = directory / _PACKED_ONNX_FILE[backend]
+    if not packed.is_file():
+        return OnnxRunner(graph, threads)
+    if pooling is None:
+        raise ValueError(f"{backend}'s variant is packed: its runner needs the pipeline's pooling")
+    return OnnxRunner(packed, threads, pooling)
+
+
+def _onnx_graph(model: SentenceTransformer, backend: Backend) -> tuple[str, Callable[..., None]]:
+    """The file an ONNX variant of `model` holds its graph in, and the export that traces it."""
+    if packable_pooling(model) is None:
+        return _GRAPH_FILE[backend], export_onnx
+    return _PACKED_ONNX_FILE[backend], export_packed_onnx
 
 
 def export_variant(
@@ -185,7 +185,8 @@ def export_variant(
     arrays = token_arrays(model, ["a", "a sentence of a few more words"])
     example = {name: torch.from_numpy(values) for name, values in arrays.items()}
     if backend == Backend.ONNX:
-        export_onnx(model, out_dir / _GRAPH_FILE[backend], example)
+        name, export = _onnx_graph(model, backend)
+        export(model, out_dir / name, example)
         return
     samples = None
     if backend == Backend.OPENVINO_INT8_STATIC:
@@ -193,11 +194,13 @@ def export_variant(
             raise ValueError(f"{backend} needs a file of calibration sentences")
         samples = calibration_samples(lambda texts: token_arrays(model, texts), calibration)
     fp32 = out_dir / "fp32.onnx.tmp"
-    export_onnx(model, fp32, example)
     try:
         if backend == Backend.ONNX_INT8:
-            quantize_int8(fp32, out_dir / _GRAPH_FILE[backend])
+            name, export = _onnx_graph(model, backend)
+            export(model, fp32, example)
+            quantize_int8(fp32, out_dir / name)
         else:
+            export_onnx(model, fp32, example)
             convert_openvino(
                 fp32,
                 out_dir / _GRAPH_FILE[backend],
@@ -217,7 +220,11 @@ def _variant_matches(directory: Path, backend: Backend, checksum: str) -> bool:
         meta.get("backend") == backend.value
         and meta.get("format") == VARIANT_FORMAT
         and meta.get("source_checksum") == checksum
-        and (directory / _GRAPH_FILE[backend]).is_file()
+        and any(
+            (directory / files[backend]).is_file()
+            for files in (_GRAPH_FILE, _PACKED_ONNX_FILE)
+            if backend in files
+        )
     )
 
 

@@ -5,8 +5,9 @@ sit end to end in rows of up to `ROW_TOKENS` tokens: each restarts its positions
 block-diagonal mask keeps its attention to itself, and its embedding is the mean of its own
 token states, which is what the pipeline's mean pooling computes, so the embeddings are the same
 up to the order of float sums. The OpenVINO runner (models/openvino_packing.py re-feeds its
-graph) and the torch one (models/torch_packing.py) both pack; a pipeline that pools otherwise,
-or whose positions do not count from 0 in every text, keeps padded passes.
+graph), the torch one (models/torch_packing.py) and ONNX Runtime's (models/onnx_runner.py, from
+a graph exported for it) all pack; a pipeline that pools otherwise, or whose positions do not
+count from 0 in every text, keeps padded passes.
 """
 
 import heapq

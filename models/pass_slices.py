@@ -2,6 +2,8 @@
 
 import math
 
+from models.packing import ROW_TOKENS
+
 
 def token_budget_slices(
     token_counts: list[int],
@@ -16,7 +18,9 @@ def token_budget_slices(
     budgets.
 
     A pass costs `pass_cost` (PASS_COST_TOKENS) plus its tokens: its size times its longest
-    (truncated) text when padded, the sum of its texts' when `packed` (models/packing.py).
+    (truncated) text when padded, the sum of its texts' when `packed` (models/packing.py) and
+    two of them fit in one row; packed texts too long to share a row each get a row as long
+    as the longest, which is the padded cost again.
     Sorting first keeps short texts from being padded to a long neighbour; the cuts then come
     from a shortest path over the sorted texts, so a long tail gets its own pass only where the
     padding it saves outweighs a pass. One text over the token budget still runs alone.
@@ -29,7 +33,9 @@ def token_budget_slices(
         longest, summed = lengths[end - 1], 0
         for begin in range(end - 1, max(end - max_batch_size, 0) - 1, -1):
             size, summed = end - begin, summed + lengths[begin]
-            tokens = summed if packed else size * longest
+            # Sorted: the pass's two shortest texts are the likeliest to share a row.
+            shares = packed and size > 1 and lengths[begin] + lengths[begin + 1] <= ROW_TOKENS
+            tokens = summed if shares else size * longest
             if size > 1 and tokens > max_batch_tokens:
                 break
             total = cost[begin] + pass_cost + tokens

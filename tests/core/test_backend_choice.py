@@ -247,3 +247,8 @@ def test_a_bundles_parity_holds_only_on_a_cpu_with_the_workers_vendor_and_instru
     other = {"openvino-int8-static": "bf16"}
     monkeypatch.setattr(choice, "openvino_precisions", lambda: other)
     assert choice.read_parity(tmp_path, setup_on("GenuineIntel", vnni)) == {}
+    monkeypatch.undo()
+    # Nor numbers of graphs an older export recipe made (models/backends.py VARIANT_FORMAT).
+    older = setup_on("GenuineIntel", vnni) | {"variant_format": choice.VARIANT_FORMAT - 1}
+    (tmp_path / choice.PARITY_JSON).write_text(json.dumps(record | {"setup": older}))
+    assert choice.read_parity(tmp_path, setup_on("GenuineIntel", vnni)) == {}

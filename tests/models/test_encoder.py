@@ -130,6 +130,15 @@ def test_packed_passes_count_their_texts_tokens_not_padding() -> None:
     assert len(token_budget_slices(short_and_one_long, 256, 16, 1024, PASS_COST)) == 2
 
 
+def test_packed_texts_too_long_to_share_a_row_cost_their_padding() -> None:
+    # No two fit in a row of ROW_TOKENS: each gets a row as long as the longest, as padded.
+    long = [70, 75, 90, 120, 200, 250, 256]
+    assert token_budget_slices(long, 256, 8, 4096, PASS_COST, packed=True) == token_budget_slices(
+        long, 256, 8, 4096, PASS_COST
+    )
+    assert len(token_budget_slices(long, 256, 8, 4096, PASS_COST)) > 1
+
+
 def test_a_token_budget_cuts_passes_and_keeps_order_and_embeddings(
     encoder: Encoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:

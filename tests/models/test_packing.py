@@ -1,5 +1,5 @@
 """Packed passes: the rows' layout and mask on made-up tokens, then the real model's embeddings
-packed against padded, in torch and in each OpenVINO graph."""
+packed against padded, in torch, in each OpenVINO graph and in ONNX Runtime's."""
 
 import copy
 import dataclasses
@@ -15,10 +15,12 @@ from models.backends import (
     Backend,
     available,
     ensure_variant,
+    export_variant,
     load_runner,
     variant_cache,
 )
 from models.encoder import Encoder
+from models.onnx_runner import OnnxRunner
 from models.openvino_packing import packed_graph
 from models.openvino_runner import OpenVinoRunner
 from models.packing import (
@@ -159,8 +161,18 @@ def test_torch_packed_passes_give_the_padded_embeddings(encoder: Encoder) -> Non
 
 # Packed, the same products are summed in other orders and, in `openvino-int8`, its activations
 # quantised in other groups: over 40 texts the least cosine read 0.99988 there, 0.999994 with
-# `openvino` in bf16 and 0.9999999 with `openvino-int8-static` (AMD Zen 4).
+# `openvino` in bf16 and 0.9999999 with `openvino-int8-static` (AMD Zen 4). `onnx-int8` scales
+# its activations per tensor over a whole pass, so a text's rounding depends on its pass-mates:
+# over these 29 texts the least cosine read 0.9975, packed against padded (AMD Zen 3).
 PACKED_COSINE_FLOOR = 0.9995
+PACKED_COSINE_FLOORS = {Backend.ONNX_INT8: 0.99}
+
+
+def _assert_alike(backend: Backend, ours: np.ndarray, theirs: np.ndarray) -> None:
+    """Packed embeddings `ours` against padded `theirs`, (texts, dim) each, unit rows."""
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    cosines = (ours * theirs).sum(axis=1) / np.linalg.norm(theirs, axis=1)
+    assert cosines.min() >= PACKED_COSINE_FLOORS.get(backend, PACKED_COSINE_FLOOR)
 
 
 @pytest.mark.slow
@@ -189,7 +201,32 @@ def test_packed_passes_give_the_padded_embeddings(
             "input_ids"
         ]
     ) < len(texts)  # rows that hold several texts
-    ours, theirs = packed(features), padded(features)  # (texts, dim) each, unit rows
-    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
-    cosines = (ours * theirs).sum(axis=1) / np.linalg.norm(theirs, axis=1)
-    assert cosines.min() >= PACKED_COSINE_FLOOR
+    _assert_alike(backend, packed(features), padded(features))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", [Backend.ONNX, Backend.ONNX_INT8])
+def test_onnx_packed_graph_gives_the_pipelines_embeddings(
+    backend: Backend, encoder: Encoder, exported_variants: Path, tmp_path: Path
+) -> None:
+    if not available(backend):
+        pytest.skip(f"{backend}'s package is not installed")
+    folder = ensure_variant(
+        encoder.model,
+        encoder.checksum,
+        backend,
+        prebuilt=None,
+        cache=variant_cache(exported_variants, encoder.checksum),
+    )
+    packed = load_runner(backend, folder, threads=1, pooling="normalized mean")
+    assert isinstance(packed, OnnxRunner) and packed.packed
+    with pytest.raises(ValueError, match="pooling"):
+        load_runner(backend, folder, threads=1)  # a packed graph's states need pooling
+    # The same weights with positions the rows cannot give: the pipeline's graph, padded.
+    unpackable = copy.deepcopy(encoder.model)
+    unpackable[0].auto_model.config.model_type = "roberta"
+    export_variant(unpackable, backend, tmp_path)
+    padded = load_runner(backend, tmp_path, threads=1, pooling="normalized mean")
+    assert isinstance(padded, OnnxRunner) and not padded.packed
+    features = token_arrays(encoder.model, _texts())
+    _assert_alike(backend, packed(features), padded(features))

@@ -8,8 +8,8 @@ measured on the dev sets, and the passing backends are timed on dev sentences at
 1 and 64 in interleaved rounds. The winner has the best geometric-mean speed-up over torch
 fp32. The choice and its numbers are cached under `<cache>/backend-choices/`, keyed by the
 checkpoint, the maximum length, the threads, the CPU (models/cpu_info.py: its name and model,
-and the instruction sets that rank the backends) and the packages' versions, so a restart does
-not measure again.
+and the instruction sets that rank the backends), the packages' versions and the export
+recipe's format, so a restart does not measure again.
 """
 
 import hashlib
@@ -276,9 +276,11 @@ def choose_backend(settings: Settings, path: Path | None, variants: Path | None)
         "cpu": [cpu_identity(), os.cpu_count()],
         "packages": _package_versions(),
         "openvino_precisions": openvino_precisions(),
-        # Passes packed in rows of this many tokens (torch fp32 and OpenVINO), which made them
-        # up to 1.7x as fast: a choice timed with padded passes (no such entry) is timed again.
+        # Passes packed in rows of this many tokens (torch fp32, OpenVINO, ONNX Runtime), which
+        # made them up to 1.7x as fast: a choice timed with padded passes (no such entry, or,
+        # for ONNX Runtime, an older export recipe) is timed again.
         "packed_row_tokens": ROW_TOKENS,
+        "variant_format": VARIANT_FORMAT,
         "installed": [b.value for b in _candidates(settings)],
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]

@@ -1,7 +1,7 @@
 """Exporting a sentence-transformers pipeline to ONNX, and ONNX Runtime's dynamic int8
-quantisation of that file: the first step of every exported variant (models/backends.py). A
-pipeline whose passes can be packed (models/packing.py) also has its transformer exported
-re-fed for packed rows, which ONNX Runtime runs where texts share rows (models/onnx_runner.py)."""
+quantisation of that file: the first step of every exported variant (models/backends.py). For
+ONNX Runtime, a pipeline whose passes can be packed (models/packing.py) has its transformer
+exported re-fed for packed rows instead, which it runs on every pass (models/onnx_runner.py)."""
 
 import copy
 import warnings

@@ -2,9 +2,10 @@
 graph run on padded passes or, where the variant holds the transformer re-fed for packed rows
 (models/onnx_export.py), every pass packed (models/packing.py) and its token states pooled here.
 
-Packed, batches of 8 and 16 short texts ran 1.25-1.32x as fast as padded passes cut by length,
-batches of 64 1.01-1.02x, single texts and long ones alike within the noise (AMD EPYC Zen 3,
-docs/benchmarks.md), with texts too long to share a row costed as padded (models/pass_slices.py).
+Packed, batches of 8 and 16 short texts ran 1.23-1.43x as fast as padded passes cut by length,
+batches of 64 1.06-1.09x, single texts and long ones 0.94-1.02x, within the noise of such runs
+(AMD EPYC Zen 3, docs/benchmarks.md), with texts too long to share a row costed as padded
+(models/pass_slices.py).
 """
 
 from collections.abc import Mapping
@@ -41,7 +42,8 @@ class OnnxRunner:
         self.pooling = pooling
         self.packed = pooling is not None
         # The token inputs a packed graph takes, besides the positions and the mask.
-        self.packed_inputs = [n for n in names if n not in (POSITION_IDS, PACK_MASK)] * self.packed
+        others = [name for name in names if name not in (POSITION_IDS, PACK_MASK)]
+        self.packed_inputs = others if self.packed else []
         self.inputs = names
 
     def __call__(self, features: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -175,21 +175,27 @@ def _assert_alike(backend: Backend, ours: np.ndarray, theirs: np.ndarray) -> Non
     assert cosines.min() >= PACKED_COSINE_FLOORS.get(backend, PACKED_COSINE_FLOOR)
 
 
+def _variant(backend: Backend, encoder: Encoder, exported_variants: Path) -> Path:
+    """The folder of `backend`'s variant of the test checkpoint, exported where load_encoder
+    exports; skips when the backend's package is missing."""
+    if not available(backend):
+        pytest.skip(f"{backend}'s package is not installed")
+    return ensure_variant(
+        encoder.model,
+        encoder.checksum,
+        backend,
+        prebuilt=None,
+        cache=variant_cache(exported_variants, encoder.checksum),
+        calibration=Settings(data_dir=DATA_DIR).anchor_corpus,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", OPENVINO)
 def test_packed_passes_give_the_padded_embeddings(
     backend: Backend, encoder: Encoder, exported_variants: Path
 ) -> None:
-    if not available(backend):
-        pytest.skip(f"{backend}'s package is not installed")
-    folder = ensure_variant(
-        encoder.model,
-        encoder.checksum,
-        backend,
-        prebuilt=None,
-        cache=variant_cache(exported_variants, encoder.checksum),  # where load_encoder exports
-        calibration=Settings(data_dir=DATA_DIR).anchor_corpus,
-    )
+    folder = _variant(backend, encoder, exported_variants)
     packed = load_runner(backend, folder, threads=1, pooling="normalized mean")
     padded = load_runner(backend, folder, threads=1)
     assert isinstance(packed, OpenVinoRunner) and packed.packed
@@ -209,15 +215,7 @@ def test_packed_passes_give_the_padded_embeddings(
 def test_onnx_packed_graph_gives_the_pipelines_embeddings(
     backend: Backend, encoder: Encoder, exported_variants: Path, tmp_path: Path
 ) -> None:
-    if not available(backend):
-        pytest.skip(f"{backend}'s package is not installed")
-    folder = ensure_variant(
-        encoder.model,
-        encoder.checksum,
-        backend,
-        prebuilt=None,
-        cache=variant_cache(exported_variants, encoder.checksum),
-    )
+    folder = _variant(backend, encoder, exported_variants)
     packed = load_runner(backend, folder, threads=1, pooling="normalized mean")
     assert isinstance(packed, OnnxRunner) and packed.packed
     with pytest.raises(ValueError, match="pooling"):

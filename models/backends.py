@@ -8,8 +8,9 @@ The graph is the whole sentence-transformers pipeline (transformer, pooling, nor
 one function of the tokenizer's tensors, so a runner only needs the tokenizer around it; an
 ONNX variant of a pipeline whose passes can be packed holds its transformer re-fed for packed
 rows instead (models/onnx_runner.py), whose token states the runner pools. Export
-reads the loaded local checkpoint only: torch traces it to ONNX, and int8 quantises that file
-with ONNX Runtime (models/onnx_export.py); OpenVINO converts it to its IR
+reads the loaded local checkpoint only: torch traces it to ONNX (models/onnx_export.py), and
+`onnx-int8` rewrites that file's weight products in per-token int8 (models/onnx_int8.py);
+OpenVINO converts it to its IR
 (models/openvino_export.py). Nothing is downloaded.
 """
 
@@ -26,14 +27,15 @@ import torch
 from sentence_transformers import SentenceTransformer
 
 from models.atomic import atomic_directory, atomic_write_json
-from models.onnx_export import export_onnx, export_packed_onnx, quantize_int8
+from models.onnx_export import export_onnx, export_packed_onnx
+from models.onnx_int8 import quantize_int8
 from models.onnx_runner import OnnxRunner
 from models.openvino_export import calibration_samples, convert_openvino
 from models.openvino_runner import Graph, OpenVinoRunner, runs_in_bf16
 from models.packing import Pooling, packable_pooling
 from models.tokenizing import token_arrays
 
-VARIANT_FORMAT = 4  # bump when the export recipe changes: older variants are re-exported
+VARIANT_FORMAT = 5  # bump when the export recipe changes: older variants are re-exported
 VARIANT_JSON = "variant.json"
 
 

@@ -1,5 +1,5 @@
-"""Exporting a sentence-transformers pipeline to ONNX, and ONNX Runtime's dynamic int8
-quantisation of that file: the first step of every exported variant (models/backends.py). For
+"""Exporting a sentence-transformers pipeline to ONNX: the first step of every exported variant
+(models/backends.py; `onnx-int8` then rewrites the file, models/onnx_int8.py). For
 ONNX Runtime, a pipeline whose passes can be packed (models/packing.py) has its transformer
 exported re-fed for packed rows instead, which it runs on every pass (models/onnx_runner.py)."""
 
@@ -113,44 +113,3 @@ def export_packed_onnx(
     dynamic[PACK_MASK] = {0: "rows", 2: "queries", 3: "tokens"}
     dynamic[PACKED_STATES] = {0: "rows", 1: "tokens"}
     _trace(_PackedTransformer(_eager_copy(model), names), target, packed, PACKED_STATES, dynamic)
-
-
-def _int8_excluded(fp32: Path) -> list[str]:
-    """MatMuls left in fp32: all but the attention projections (query, key, value, output),
-    the ones whose weight is square (hidden x hidden). The products of two activations and
-    both feed-forward layers stay fp32. Dynamic int8 scales activations per tensor, and on
-    MiniLM's full dev sets (models/parity.py) SICK trial's Spearman fell 0.21-0.25 below
-    fp32 when the feed-forward up projections were quantised too (mean cosine 0.9956), and
-    0.47 with the down projections as well (0.9925). The attention projections alone, with
-    the 7-bit weights below, lose 0.03-0.10 (mean cosine 0.998), depending on how the texts are
-    cut into passes. On 150 pairs per task the same gap read 0.29
-    (tests/models/test_backends.py)."""
-    import onnx
-
-    graph = onnx.load(str(fp32), load_external_data=False).graph
-    weights = {init.name: tuple(init.dims) for init in graph.initializer}
-    excluded = []
-    for node in graph.node:
-        if node.op_type != "MatMul":
-            continue
-        shape = weights.get(node.input[1])
-        if shape is None or len(shape) != 2 or shape[0] != shape[1]:
-            excluded.append(node.name)
-    return excluded
-
-
-def quantize_int8(fp32: Path, target: Path) -> None:
-    """Write to `target` the ONNX file `fp32` with its attention projections in dynamic int8."""
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    quantize_dynamic(
-        str(fp32),
-        str(target),
-        weight_type=QuantType.QInt8,
-        per_channel=True,
-        # 7-bit weights: without AVX-512 VNNI, ONNX Runtime multiplies u8 x s8 with
-        # vpmaddubsw, whose 16-bit pair sums can saturate at full 8-bit range.
-        reduce_range=True,
-        op_types_to_quantize=["MatMul"],
-        nodes_to_exclude=_int8_excluded(fp32),
-    )

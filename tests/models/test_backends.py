@@ -65,14 +65,12 @@ def _load(
     )
 
 
-# On these 150 pairs per task the int8 backends' gaps have read wider than on the full dev sets
-# that `auto` checks: onnx-int8 (which scales activations per batch, so its scores move with how
-# the texts are batched) 0.29 here against 0.03-0.10 there, openvino-int8-static 0.22 against
-# 0.055 (bench.encoder). Since attention is exported eagerly, 0.086 and 0.058 here on a Zen 4;
-# openvino-int8 in bf16 on an AMX Xeon 0.228 here against 0.081 there. They are held to a
-# wider bound here.
+# On these 150 pairs per task the OpenVINO int8 backends' gaps have read wider than on the full
+# dev sets that `auto` checks: openvino-int8-static 0.22 against 0.055 (bench.encoder); since
+# attention is exported eagerly, 0.058 here on a Zen 4; openvino-int8 in bf16 on an AMX Xeon
+# 0.228 here against 0.081 there. They are held to a wider bound here. onnx-int8, which scaled
+# activations per pass and read 0.29 here, quantises each token on its own now: 0.087 (AMD Zen 3).
 SUBSET_TOLERANCE = {
-    Backend.ONNX_INT8: 0.35,
     Backend.OPENVINO_INT8: 0.35,
     Backend.OPENVINO_INT8_STATIC: 0.35,
 }
@@ -111,12 +109,7 @@ def test_exported_encoder_keeps_order_norms_and_empty_input(
     texts = ["short", "a considerably longer sentence about rivers and mountains", "mid length"]
     batch = encoder.encode(texts, batch_size=2)
     singles = torch.cat([encoder.encode([t]) for t in texts])
-    if backend == Backend.ONNX_INT8:
-        # Dynamic int8 scales activations per tensor, so per batch: batch mates move a row a
-        # little (about 0.03 per element), never its direction.
-        assert (batch * singles).sum(dim=1).min() > 0.99
-    else:
-        torch.testing.assert_close(batch, singles, atol=2e-3, rtol=0)
+    torch.testing.assert_close(batch, singles, atol=2e-3, rtol=0)
     assert batch.dtype == torch.float32 and batch.shape == (3, 384)
     torch.testing.assert_close(batch.norm(dim=1), torch.ones(3), atol=1e-5, rtol=0)
     assert encoder.encode([]).shape == (0, 384)

@@ -161,11 +161,11 @@ def test_torch_packed_passes_give_the_padded_embeddings(encoder: Encoder) -> Non
 
 # Packed, the same products are summed in other orders and, in `openvino-int8`, its activations
 # quantised in other groups: over 40 texts the least cosine read 0.99988 there, 0.999994 with
-# `openvino` in bf16 and 0.9999999 with `openvino-int8-static` (AMD Zen 4). `onnx-int8` scales
-# its activations per tensor over a whole pass, so a text's rounding depends on its pass-mates:
-# over these 29 texts the least cosine read 0.9975, packed against padded (AMD Zen 3).
+# `openvino` in bf16 and 0.9999999 with `openvino-int8-static` (AMD Zen 4). `onnx-int8` rounds
+# each token's features to 8 bits, so where the two graphs' sums differ in the last float bits a
+# rounding can flip: over these 29 texts the least cosine read 0.99924 (AMD Zen 3).
 PACKED_COSINE_FLOOR = 0.9995
-PACKED_COSINE_FLOORS = {Backend.ONNX_INT8: 0.99}
+PACKED_COSINE_FLOORS = {Backend.ONNX_INT8: 0.999}
 
 
 def _assert_alike(backend: Backend, ours: np.ndarray, theirs: np.ndarray) -> None:

@@ -17,10 +17,12 @@ that sum to -sum_k Wq[k, j], each within +-63 (E = 8-59 for MiniLM-L6, against K
 Why per token: ONNX Runtime's own dynamic int8 (`quantize_dynamic`) scales a pass's activations
 as one tensor, so a text's embedding depended on which texts shared its pass, and on MiniLM's
 full dev sets the feed-forward layers in int8 failed the parity check at some batch sizes
-(Spearman gap 0.21-0.26); only the attention projections were int8. Per token, every weight
-product is int8, a text encodes the same in any pass, and the gap reads 0.11 (mean cosine
-0.9978) at any batch; long texts ran 1.09-1.15x as fast in batches (AMD EPYC Zen 3, without
-VNNI; docs/benchmarks.md).
+(Spearman gap 0.21-0.26), so only the attention projections were int8. Per token, every weight
+product is int8 and a text encodes the same in any pass: the gap reads 0.11 (mean cosine 0.9978)
+at batches of 1, 8 and 64. Against the attention-only recipe, alternating in one process on an
+AMD EPYC Zen 3 (no VNNI): long texts in batches of 8 and 64 1.20x and 1.23x as fast, short ones
+1.02-1.09x, single texts 0.99-1.00x (docs/benchmarks.md). The products that read the same tokens
+(query, key, value) share one quantisation: quantised once per product, single texts ran 0.90x.
 """
 
 from pathlib import Path

@@ -12,7 +12,7 @@ vpmaddubsw, whose 16-bit pair sums can saturate at 8. Then
 
 and ONNX Runtime's MatMulIntegerToFloat takes one zero point per tensor only, so the term in z is
 multiplied inside the same integer product: q gets E more columns each holding z, Wq E more rows
-that sum to -sum_k Wq[k, j], each within +-63 (E = 8-59 for MiniLM-L6, against K = 384).
+that sum to -sum_k Wq[k, j], each within +-63 (E = 8-59 for MiniLM-L6, against K = 384 or 1,536).
 
 Why per token: ONNX Runtime's own dynamic int8 (`quantize_dynamic`) scales a pass's activations
 as one tensor, so a text's embedding depended on which texts shared its pass, and on MiniLM's

@@ -10,8 +10,7 @@ ONNX variant of a pipeline whose passes can be packed holds its transformer re-f
 rows instead (models/onnx_runner.py), whose token states the runner pools. Export
 reads the loaded local checkpoint only: torch traces it to ONNX (models/onnx_export.py), and
 `onnx-int8` rewrites that file's weight products in per-token int8 (models/onnx_int8.py);
-OpenVINO converts it to its IR
-(models/openvino_export.py). Nothing is downloaded.
+OpenVINO converts it to its IR (models/openvino_export.py). Nothing is downloaded.
 """
 
 import importlib.util
